@@ -1,0 +1,47 @@
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "common.h"
+#include "harness/json.h"
+
+namespace cudaops::cli {
+
+Command add_list_command(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App* parser = app.add_subcommand("list", "list the ops, their dtypes and shape options");
+  parser->add_flag("--json", *json, "machine-readable output");
+  return {parser, [json]() {
+            const auto& ops = harness::registered_ops();
+            if (*json) {
+              harness::JsonWriter w;
+              w.begin_array();
+              for (const auto& op : ops) {
+                w.begin_object().key("name").value(op.name).key("summary").value(op.summary);
+                w.key("dtypes").begin_array();
+                for (DType dtype : op.dtypes)
+                  w.value(dtype_name(dtype));
+                w.end_array().key("dims").begin_array();
+                for (const auto& dim : op.dims) {
+                  w.begin_object().key("name").value(dim.name).key("help").value(dim.help);
+                  w.key("default").value(dim.default_value).end_object();
+                }
+                w.end_array().end_object();
+              }
+              w.end_array();
+              std::printf("%s\n", w.str().c_str());
+              return kExitOk;
+            }
+            for (const auto& op : ops) {
+              std::printf("%-14s %s\n", op.name.c_str(), op.summary.c_str());
+              std::printf("%-14s   dtypes: %s\n", "", dtype_list(op).c_str());
+              for (const auto& dim : op.dims) {
+                std::printf("%-14s   --%s: %s (default %lld)\n", "", dim.name.c_str(),
+                            dim.help.c_str(), static_cast<long long>(dim.default_value));
+              }
+            }
+            return kExitOk;
+          }};
+}
+
+}  // namespace cudaops::cli

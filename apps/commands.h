@@ -1,0 +1,21 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace cudaops::cli {
+
+/// A subcommand: its CLI11 parser and what runs when it was chosen (returns the exit code;
+/// may throw UsageError).
+struct Command {
+  CLI::App* parser = nullptr;
+  std::function<int()> execute;
+};
+
+Command add_list_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
+Command add_bench_command(CLI::App& app);
+Command add_info_command(CLI::App& app);
+
+}  // namespace cudaops::cli

@@ -1,0 +1,8 @@
+#pragma once
+
+// Everything in the public API.
+#include "cudaops/dtype.h"
+#include "cudaops/elementwise.h"
+#include "cudaops/status.h"
+#include "cudaops/stream.h"
+#include "cudaops/version.h"

@@ -1,0 +1,17 @@
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "cudaops/status.h"
+
+namespace cudaops::detail {
+
+/// Checks the launch that was just made on `stream` by `op`. With CUDAOPS_DEBUG_SYNC it also
+/// waits for the stream (unless it is being captured), so that a fault inside the kernel is
+/// reported by the op that caused it rather than by a later call.
+Status check_launch(const char* op, cudaStream_t stream);
+
+/// A kCudaError status for `error`, naming `op` and what it was doing.
+Status cuda_status(cudaError_t error, const char* op, const char* what);
+
+}  // namespace cudaops::detail

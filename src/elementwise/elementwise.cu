@@ -1,0 +1,55 @@
+#include "cudaops/elementwise.h"
+
+#include "core/dispatch.cuh"
+#include "core/validate.h"
+#include "elementwise/elementwise_kernel.cuh"
+
+namespace cudaops {
+namespace {
+
+struct AddOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+struct AddScalarOp {
+  float alpha;
+  __device__ float operator()(float a) const { return a + alpha; }
+};
+
+}  // namespace
+
+Status add(const void* d_a, const void* d_b, void* d_out, int64_t num_items, DType dtype,
+           cudaStream_t stream) {
+  constexpr const char* kOp = "add";
+  if (Status s = detail::check_count(kOp, "num_items", num_items); !s.ok()) return s;
+  if (Status s = detail::check_float_dtype(kOp, "dtype", dtype); !s.ok()) return s;
+  if (Status s = detail::check_pointer(kOp, "d_a", d_a, num_items, dtype); !s.ok()) return s;
+  if (Status s = detail::check_pointer(kOp, "d_b", d_b, num_items, dtype); !s.ok()) return s;
+  if (Status s = detail::check_pointer(kOp, "d_out", d_out, num_items, dtype); !s.ok()) return s;
+  if (num_items == 0) return Status();
+
+  return detail::dispatch_float(kOp, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const detail::Operands<T, 2> p{{static_cast<const T*>(d_a), static_cast<const T*>(d_b)},
+                                   static_cast<T*>(d_out)};
+    return detail::launch_elementwise(kOp, p, num_items, AddOp{}, stream);
+  });
+}
+
+Status add_scalar(const void* d_a, float alpha, void* d_out, int64_t num_items, DType dtype,
+                  cudaStream_t stream) {
+  constexpr const char* kOp = "add_scalar";
+  if (Status s = detail::check_count(kOp, "num_items", num_items); !s.ok()) return s;
+  if (Status s = detail::check_float_dtype(kOp, "dtype", dtype); !s.ok()) return s;
+  if (Status s = detail::check_pointer(kOp, "d_a", d_a, num_items, dtype); !s.ok()) return s;
+  if (Status s = detail::check_pointer(kOp, "d_out", d_out, num_items, dtype); !s.ok()) return s;
+  if (num_items == 0) return Status();
+
+  return detail::dispatch_float(kOp, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const detail::Operands<T, 1> p{{static_cast<const T*>(d_a)}, static_cast<T*>(d_out)};
+    return detail::launch_elementwise(kOp, p, num_items, AddScalarOp{alpha}, stream);
+  });
+}
+
+}  // namespace cudaops
