@@ -44,7 +44,8 @@ class EventLap {
   cudaEvent_t stop_ = nullptr;
 };
 
-// bytes/s, and "of_copy": the achieved bandwidth in percent of the copy's.
+// bytes/s, and "of_copy": the achieved bandwidth in percent of the copy's. `bytes` is what one
+// iteration (one lap) moves; `seconds` the sum of the laps' times.
 void report_rates(benchmark::State& state, int64_t bytes, double seconds) {
   const double moved = static_cast<double>(bytes) * static_cast<double>(state.iterations());
   state.SetBytesProcessed(static_cast<int64_t>(moved));
@@ -52,8 +53,8 @@ void report_rates(benchmark::State& state, int64_t bytes, double seconds) {
       g_copy_gbps > 0 && seconds > 0 ? 100.0 * moved / seconds / 1e9 / g_copy_gbps : 0.0;
 }
 
-// Launches per timed iteration: back to back until about 64 MiB have moved, so that small sizes
-// measure the kernel and not the latency of a single launch.
+// Launches per timed iteration (a lap): back to back until about 64 MiB have moved, so that small
+// sizes measure the kernel and not the latency of a single launch. The reported time is a lap's.
 int64_t launches_per_iteration(int64_t bytes) {
   const int64_t batch = bytes > 0 ? (int64_t{64} << 20) / bytes : 1;
   return batch < 1 ? 1 : (batch > 256 ? 256 : batch);
@@ -92,7 +93,7 @@ void bench_case(benchmark::State& state, const OpDescriptor* op, CaseConfig conf
     Status status;
     for (int64_t i = 0; i < batch && status.ok(); ++i)
       status = g_case->run(stream.get());
-    const double seconds = lap.stop_seconds(stream.get()) / static_cast<double>(batch);
+    const double seconds = lap.stop_seconds(stream.get());
     if (!status.ok()) {
       state.SkipWithError(status.to_string().c_str());
       return;
@@ -101,7 +102,7 @@ void bench_case(benchmark::State& state, const OpDescriptor* op, CaseConfig conf
     total += seconds;
   }
   state.counters["launches_per_lap"] = static_cast<double>(batch);
-  report_rates(state, g_case->bytes_moved(), total);
+  report_rates(state, batch * g_case->bytes_moved(), total);
 }
 
 void bench_copy(benchmark::State& state, int64_t bytes) {
@@ -150,7 +151,7 @@ void register_all() {
               ->UseManualTime()
               ->Unit(benchmark::kMicrosecond)
               ->MinTime(0.05)
-              ->Repetitions(5)
+              ->Repetitions(3)
               ->ReportAggregatesOnly(true);
         }
       }
