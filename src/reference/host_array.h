@@ -5,6 +5,14 @@
 
 #include "cudaops/dtype.h"
 
+// The hash below is also compiled for the device where nvcc includes this header, so that data made
+// on the device can be reproduced on the host bit for bit.
+#if defined(__CUDACC__)
+#define CUDAOPS_HOST_DEVICE __host__ __device__
+#else
+#define CUDAOPS_HOST_DEVICE
+#endif
+
 namespace cudaops::ref {
 
 /// A host array of any library dtype, stored exactly as the device stores it, read and written
@@ -36,7 +44,7 @@ class HostArray {
 void fill_random(HostArray& array, uint64_t seed);
 
 /// A 64-bit mix of (seed, index), used for reproducible random data on host and device.
-inline uint64_t mix64(uint64_t x) {
+inline CUDAOPS_HOST_DEVICE uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;

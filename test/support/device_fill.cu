@@ -7,20 +7,6 @@
 namespace cudaops::testing {
 namespace {
 
-__device__ uint64_t mix64_device(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-__device__ float hashed_value_device(uint64_t mixed_seed, int64_t i) {
-  const uint64_t r = mix64_device(mixed_seed ^ static_cast<uint64_t>(i));
-  float v = 1.0f + static_cast<float>(r >> 41) * 0x1.0p-23f;
-  if (r & 2u) v *= 0.5f;
-  return (r & 1u) ? -v : v;
-}
-
 __device__ void store(float* p, float v) {
   *p = v;
 }
@@ -32,17 +18,17 @@ __device__ void store(__nv_bfloat16* p, float v) {
 }
 
 template <typename T>
-__global__ void fill_kernel(T* data, int64_t n, uint64_t mixed_seed) {
+__global__ void fill_kernel(T* data, int64_t n, uint64_t seed) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += stride) {
-    store(data + i, hashed_value_device(mixed_seed, i));
+    store(data + i, hashed_value(seed, i));
   }
 }
 
 template <typename T>
 Status launch(void* d_data, int64_t n, uint64_t seed, cudaStream_t stream) {
-  fill_kernel<T><<<4096, 256, 0, stream>>>(static_cast<T*>(d_data), n, ref::mix64(seed));
+  fill_kernel<T><<<4096, 256, 0, stream>>>(static_cast<T*>(d_data), n, seed);
   return harness::cuda_check(cudaGetLastError(), "fill_hashed launch");
 }
 

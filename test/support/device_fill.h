@@ -14,7 +14,7 @@ namespace cudaops::testing {
 
 /// The float32 value at index i: magnitude in [0.5, 2) with 23 random bits, random sign; exact in
 /// float32, so the device and the host compute the same bits.
-inline float hashed_value(uint64_t seed, int64_t i) {
+inline CUDAOPS_HOST_DEVICE float hashed_value(uint64_t seed, int64_t i) {
   const uint64_t r = ref::mix64(ref::mix64(seed) ^ static_cast<uint64_t>(i));
   float v = 1.0f + static_cast<float>(r >> 41) * 0x1.0p-23f;  // [1, 2)
   if (r & 2u) v *= 0.5f;
