@@ -4,7 +4,7 @@
 # Configures and builds the `gpu` preset with every core, runs every test (GPU tests and the
 # compute-sanitizer memcheck runs included), prints the bench table against the measured copy
 # bandwidth, and writes everything under LOG_DIR (default build/gpu-check):
-#   configure.log build.log ctest.log info.txt bench.md gbench.json RESULTS.md
+#   configure.log build.log ctest.log ctest-output.log info.txt bench.md gbench.json RESULTS.md
 # RESULTS.md is the section to record in bench/RESULTS.md. Exit status: non-zero if any step
 # failed. Set CUDAOPS_COMMIT when the tree carries no .git (the commit is then read from it).
 set -uo pipefail
@@ -29,7 +29,8 @@ step() {  # step NAME COMMAND...: runs, logs to $log/NAME.log, remembers failure
 
 step configure cmake --preset gpu || exit 1
 step build cmake --build --preset gpu -j "$(nproc)" || exit 1
-step ctest ctest --preset gpu -j 4 --timeout 1200
+# --output-log keeps every test's own output (which cases ran, which were skipped and why).
+step ctest ctest --preset gpu -j 4 --timeout 1200 --output-log "$log/ctest-output.log"
 grep -E "tests passed|Skipped|Failed|\(Failed\)|Not Run" "$log/ctest.log" | head -20
 
 cli=build/gpu/apps/cudaops
