@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -47,11 +48,14 @@ int execute(BenchOptions& options) {
     if (op == nullptr) throw UsageError{"unknown op '" + name + "' (see `cudaops list`)"};
     ops.push_back(op);
   }
+  std::vector<DType> wanted_dtypes;
   for (const std::string& text : options.dtypes) {
     DType dtype;
     const Status status = parse_dtype(text, &dtype);
     if (!status.ok()) throw UsageError{"--dtype: " + status.message()};
+    wanted_dtypes.push_back(dtype);
   }
+
   if (!select_device(options.timing.device, options.timing.json)) return kExitNoGpu;
 
   harness::Stream stream;
@@ -84,12 +88,10 @@ int execute(BenchOptions& options) {
   for (const harness::OpDescriptor* op : ops) {
     std::vector<DType> dtypes;
     for (DType dtype : op->dtypes) {
-      bool wanted = options.dtypes.empty();
-      for (const std::string& text : options.dtypes) {
-        DType parsed;
-        wanted = wanted || (parse_dtype(text, &parsed).ok() && parsed == dtype);
+      if (wanted_dtypes.empty() ||
+          std::find(wanted_dtypes.begin(), wanted_dtypes.end(), dtype) != wanted_dtypes.end()) {
+        dtypes.push_back(dtype);
       }
-      if (wanted) dtypes.push_back(dtype);
     }
     const auto& shapes = options.all_sizes ? op->bench_shapes : op->headline_shapes;
     for (DType dtype : dtypes) {
