@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # The GPU check: run from a clean checkout on a machine with an NVIDIA GPU.
-#   scripts/gpu_check.sh [LOG_DIR]
-# Configures and builds the `gpu` preset with every core, runs every test (GPU tests and the
+#   scripts/gpu_check.sh [--only cpp|python] [LOG_DIR]
+# C++: configures and builds the `gpu` preset with every core, runs every test (GPU tests and the
 # compute-sanitizer memcheck runs included), prints the bench table against the measured copy
-# bandwidth, and writes everything under LOG_DIR (default build/gpu-check):
-#   configure.log build.log ctest.log ctest-output.log info.txt bench.md gbench.json RESULTS.md
-# RESULTS.md is the section to record in bench/RESULTS.md. Exit status: non-zero if any step
-# failed. Set CUDAOPS_COMMIT when the tree carries no .git (the commit is then read from it).
+# bandwidth and runs the Google Benchmark sweep.
+# Python: builds the wheel (release architectures, pip without build isolation, so scikit-build-core
+# and pybind11 must be installed), installs it into build/python-site, runs the pytest suite
+# (torch, CuPy, JAX and Numba parts each skipped when not importable), the per-call overhead
+# bench, and the CuPy part of the suite under compute-sanitizer memcheck.
+# Everything is written under LOG_DIR (default build/gpu-check), with RESULTS.md, the section to
+# record in bench/RESULTS.md. Exit status: non-zero if any step failed. Set CUDAOPS_COMMIT when the
+# tree carries no .git (the commit is then read from it); PYTHON picks the interpreter.
 set -uo pipefail
 
+only=all
+if [ "${1:-}" = "--only" ]; then
+  only=$2
+  shift 2
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 log=${1:-$root/build/gpu-check}
 mkdir -p "$log"
@@ -27,19 +36,55 @@ step() {  # step NAME COMMAND...: runs, logs to $log/NAME.log, remembers failure
   tail -n 5 "$log/$name.log"
 }
 
-step configure cmake --preset gpu || exit 1
-step build cmake --build --preset gpu -j "$(nproc)" || exit 1
-# --output-log keeps every test's own output (which cases ran, which were skipped and why).
-step ctest ctest --preset gpu -j 4 --timeout 1200 --output-log "$log/ctest-output.log"
-grep -E "tests passed|Skipped|Failed|\(Failed\)|Not Run" "$log/ctest.log" | head -20
+check_cpp() {
+  step configure cmake --preset gpu || return 1
+  step build cmake --build --preset gpu -j "$(nproc)" || return 1
+  # --output-log keeps every test's own output (which cases ran, which were skipped and why).
+  step ctest ctest --preset gpu -j 4 --timeout 1200 --output-log "$log/ctest-output.log"
+  grep -E "tests passed|Skipped|Failed|\(Failed\)|Not Run" "$log/ctest.log" | head -20
 
-cli=build/gpu/apps/cudaops
-$cli info | tee "$log/info.txt"
-echo "== bench"
-if ! $cli bench --check --markdown | tee "$log/bench.md"; then failed=1; fi
-if [ -x build/gpu/bench/cudaops_bench ]; then
-  step gbench build/gpu/bench/cudaops_bench --benchmark_out="$log/gbench.json" \
-    --benchmark_out_format=json
+  local cli=build/gpu/apps/cudaops
+  $cli info | tee "$log/info.txt"
+  echo "== bench"
+  if ! $cli bench --check --markdown | tee "$log/bench.md"; then failed=1; fi
+  if [ -x build/gpu/bench/cudaops_bench ]; then
+    step gbench build/gpu/bench/cudaops_bench --benchmark_out="$log/gbench.json" \
+      --benchmark_out_format=json
+  fi
+}
+
+check_python() {
+  local py=${PYTHON:-python3}
+  local site=$root/build/python-site
+  rm -rf build/python-wheel "$site"
+  step wheel "$py" -m pip wheel --no-build-isolation --no-deps -w build/python-wheel \
+    -Cbuild-dir=build/python . || return 1
+  step install "$py" -m pip install --no-deps --target "$site" build/python-wheel/*.whl || return 1
+  if command -v cuobjdump > /dev/null; then
+    cuobjdump --list-elf "$site"/cudaops/_core*.so | sed 's/.*\.\(sm_[0-9a-z]*\)\..*/\1/' |
+      sort | uniq -c > "$log/wheel-sass.txt"
+    cuobjdump --list-ptx "$site"/cudaops/_core*.so | sed 's/.*\.\(sm_[0-9a-z]*\)\..*/\1/' |
+      sort | uniq -c > "$log/wheel-ptx.txt"
+  fi
+  ldd "$site"/cudaops/_core*.so > "$log/wheel-ldd.txt"
+  PYTHONPATH=$site step pytest "$py" -m pytest test/python -v -rs -p no:cacheprovider
+  grep -E "passed|failed" "$log/pytest.log" | tail -1
+  PYTHONPATH=$site step overhead "$py" bench/python_overhead.py
+  cp "$log/overhead.log" "$log/python_overhead.md"
+  if command -v compute-sanitizer > /dev/null; then
+    PYTHONPATH=$site step py-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+      "$py" -m pytest test/python/test_gpu_frameworks.py -q -p no:cacheprovider -k cupy
+  fi
+}
+
+case $only in
+  all) check_cpp || failed=1; check_python || failed=1 ;;
+  cpp) check_cpp || failed=1 ;;
+  python) check_python || failed=1 ;;
+  *) echo "--only takes cpp or python" >&2; exit 2 ;;
+esac
+if [ ! -f "$log/info.txt" ] && command -v nvidia-smi > /dev/null; then
+  echo "device 0: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > "$log/info.txt"
 fi
 
 commit=${CUDAOPS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -47,9 +92,17 @@ device=$(sed -n 's/^device 0: //p' "$log/info.txt")
 {
   echo "## $(date -u +%Y-%m-%d) · ${device:-unknown device} · commit $commit"
   echo
-  echo "ctest: $(grep -E 'tests passed' "$log/ctest.log" || echo 'no summary')"
-  echo
-  cat "$log/bench.md"
+  if [ -f "$log/ctest.log" ]; then
+    echo "ctest: $(grep -E 'tests passed' "$log/ctest.log" || echo 'no summary')"
+    echo
+    cat "$log/bench.md"
+  fi
+  if [ -f "$log/pytest.log" ]; then
+    echo
+    echo "pytest: $(grep -E '(passed|failed)' "$log/pytest.log" | tail -1)"
+    echo
+    cat "$log/python_overhead.md" 2>/dev/null
+  fi
 } > "$log/RESULTS.md"
 echo "== wrote $log/RESULTS.md"
 exit $failed

@@ -1,0 +1,331 @@
+#include "array.h"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "dlpack.h"
+
+namespace cudaops::python {
+
+Allocation::~Allocation() {
+  if (ptr == nullptr && ready == nullptr) return;
+  // Never throws: this can run from a DLPack deleter in any thread, or at interpreter exit after
+  // the runtime has shut down, when there is nothing useful to report.
+  int previous = -1;
+  const bool have_previous = cudaGetDevice(&previous) == cudaSuccess;
+  if (have_previous && previous != device) (void)cudaSetDevice(device);
+  if (ready != nullptr) {
+    if (ptr != nullptr) (void)cudaStreamWaitEvent(cudaStreamLegacy, ready, 0);
+    (void)cudaEventDestroy(ready);
+  }
+  if (ptr != nullptr) (void)cudaFreeAsync(ptr, cudaStreamLegacy);
+  if (have_previous && previous != device) (void)cudaSetDevice(previous);
+  (void)cudaGetLastError();
+}
+
+int64_t checked_size(const std::vector<int64_t>& shape, const char* op, const char* name) {
+  int64_t size = 1;
+  for (int64_t extent : shape) {
+    if (extent < 0) {
+      throw py::value_error(std::string(op) + ": " + name + ": negative extent " +
+                            std::to_string(extent) + " in the shape");
+    }
+    if (__builtin_mul_overflow(size, extent, &size)) {
+      throw py::value_error(std::string(op) + ": " + name +
+                            ": the number of elements overflows int64");
+    }
+  }
+  return size;
+}
+
+Array::Array(std::vector<int64_t> shape, DType dtype, int device, cudaStream_t stream,
+             const char* op)
+    : memory_(std::make_shared<Allocation>()),
+      shape_(std::move(shape)),
+      dtype_(dtype),
+      stream_(stream) {
+  size_ = checked_size(shape_, op, "shape");
+  memory_->device = device;
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(size_, dtype_size(dtype_), &bytes)) {
+    throw py::value_error(std::string(op) + ": the result's size in bytes overflows int64");
+  }
+  if (bytes == 0) return;
+  cudaError_t error;
+  {
+    py::gil_scoped_release nogil;
+    error = cudaMallocAsync(&memory_->ptr, static_cast<size_t>(bytes), stream);
+  }
+  if (error != cudaSuccess) memory_->ptr = nullptr;
+  check_cuda(error, std::string(op) + ": allocating " + std::to_string(bytes) +
+                        " bytes on CUDA device " + std::to_string(device));
+}
+
+void Array::mark_ready(cudaStream_t stream, const char* op) {
+  stream_ = stream;
+  if (memory_->ptr == nullptr) return;
+  if (memory_->ready == nullptr) {
+    check_cuda(cudaEventCreateWithFlags(&memory_->ready, cudaEventDisableTiming),
+               std::string(op) + ": cudaEventCreate");
+  }
+  check_cuda(cudaEventRecord(memory_->ready, stream), std::string(op) + ": cudaEventRecord");
+}
+
+void Array::order_before(cudaStream_t consumer) const {
+  if (memory_->ready == nullptr || same_stream(consumer, stream_)) return;
+  DeviceGuard guard(memory_->device, "cudaops.Array.__dlpack__");
+  check_cuda(cudaStreamWaitEvent(consumer, memory_->ready, 0),
+             "cudaops.Array.__dlpack__: making the consumer's stream wait");
+}
+
+namespace {
+
+// What a DLPack export owns: a reference to the Array and the shape/strides arrays.
+struct ExportContext {
+  py::object owner;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  union {
+    dl::ManagedTensor legacy;
+    dl::ManagedTensorVersioned versioned;
+  };
+};
+
+void release_context(ExportContext* context) {
+  // Deleters may be called from threads that do not hold the GIL.
+  py::gil_scoped_acquire gil;
+  delete context;
+}
+
+void legacy_deleter(dl::ManagedTensor* self) {
+  release_context(static_cast<ExportContext*>(self->manager_ctx));
+}
+
+void versioned_deleter(dl::ManagedTensorVersioned* self) {
+  release_context(static_cast<ExportContext*>(self->manager_ctx));
+}
+
+// A capsule that nobody consumed still owns its tensor.
+void legacy_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, dl::kCapsuleLegacy)) {
+    auto* tensor =
+        static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule, dl::kCapsuleLegacy));
+    if (tensor != nullptr && tensor->deleter != nullptr) tensor->deleter(tensor);
+  }
+  PyErr_Clear();
+}
+
+void versioned_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, dl::kCapsuleVersioned)) {
+    auto* tensor = static_cast<dl::ManagedTensorVersioned*>(
+        PyCapsule_GetPointer(capsule, dl::kCapsuleVersioned));
+    if (tensor != nullptr && tensor->deleter != nullptr) tensor->deleter(tensor);
+  }
+  PyErr_Clear();
+}
+
+dl::DataType dl_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return {dl::kFloat, 32, 1};
+    case DType::kFloat16:
+      return {dl::kFloat, 16, 1};
+    case DType::kBFloat16:
+      return {dl::kBfloat, 16, 1};
+    case DType::kInt32:
+      return {dl::kInt, 32, 1};
+    case DType::kInt64:
+      return {dl::kInt, 64, 1};
+  }
+  return {dl::kFloat, 32, 1};
+}
+
+const char* typestr(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kFloat16:
+      return "<f2";
+    case DType::kInt32:
+      return "<i4";
+    case DType::kInt64:
+      return "<i8";
+    case DType::kBFloat16:
+      break;
+  }
+  return nullptr;
+}
+
+py::object dlpack(py::object self, py::object stream, py::object max_version,
+                  py::object dl_device, py::object copy) {
+  const Array& array = self.cast<const Array&>();
+  if (!dl_device.is_none()) {
+    auto requested = dl_device.cast<std::pair<int, int>>();
+    if (requested.first != dl::kCUDA || requested.second != array.device()) {
+      PyErr_SetString(PyExc_BufferError,
+                      "cudaops.Array.__dlpack__: the array lives on its CUDA device and cannot "
+                      "be exported to another device");
+      throw py::error_already_set();
+    }
+  }
+  if (!copy.is_none() && copy.cast<bool>()) {
+    PyErr_SetString(PyExc_BufferError,
+                    "cudaops.Array.__dlpack__: copy=True is not supported; the export is "
+                    "zero-copy");
+    throw py::error_already_set();
+  }
+  // The consumer's stream waits for the op that produced the array (-1: the consumer orders it).
+  int64_t stream_value = 1;
+  if (!stream.is_none()) stream_value = stream.cast<int64_t>();
+  if (stream_value != -1) array.order_before(stream_from_protocol_value(stream_value));
+
+  bool versioned = false;
+  if (!max_version.is_none()) {
+    auto version = max_version.cast<std::pair<int, int>>();
+    versioned = version.first >= static_cast<int>(dl::kMajorVersion);
+  }
+
+  auto* context = new ExportContext();
+  context->owner = self;
+  context->shape = array.shape();
+  context->strides.resize(context->shape.size());
+  int64_t stride = 1;
+  for (size_t i = context->shape.size(); i-- > 0;) {
+    context->strides[i] = stride;
+    stride *= context->shape[i] > 0 ? context->shape[i] : 1;
+  }
+  dl::Tensor tensor{};
+  tensor.data = array.data();
+  tensor.device = {dl::kCUDA, array.device()};
+  tensor.ndim = static_cast<int32_t>(context->shape.size());
+  tensor.dtype = dl_dtype(array.dtype());
+  tensor.shape = context->shape.data();
+  tensor.strides = context->strides.data();
+  tensor.byte_offset = 0;
+
+  PyObject* capsule = nullptr;
+  if (versioned) {
+    std::memset(&context->versioned, 0, sizeof(context->versioned));
+    context->versioned.version = {dl::kMajorVersion, dl::kMinorVersion};
+    context->versioned.manager_ctx = context;
+    context->versioned.deleter = versioned_deleter;
+    context->versioned.flags = 0;
+    context->versioned.dl_tensor = tensor;
+    capsule =
+        PyCapsule_New(&context->versioned, dl::kCapsuleVersioned, versioned_capsule_destructor);
+  } else {
+    std::memset(&context->legacy, 0, sizeof(context->legacy));
+    context->legacy.manager_ctx = context;
+    context->legacy.deleter = legacy_deleter;
+    context->legacy.dl_tensor = tensor;
+    capsule = PyCapsule_New(&context->legacy, dl::kCapsuleLegacy, legacy_capsule_destructor);
+  }
+  if (capsule == nullptr) {
+    delete context;
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
+py::dict cuda_array_interface(const Array& array) {
+  const char* type = typestr(array.dtype());
+  if (type == nullptr) {
+    // An AttributeError, so that a consumer probing with hasattr() moves on to DLPack.
+    throw py::attribute_error(
+        "cudaops.Array: bfloat16 has no __cuda_array_interface__ typestr; use DLPack "
+        "(__dlpack__) instead");
+  }
+  py::dict cai;
+  py::tuple shape(array.shape().size());
+  for (size_t i = 0; i < array.shape().size(); ++i) shape[i] = array.shape()[i];
+  cai["shape"] = shape;
+  cai["typestr"] = type;
+  cai["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(array.data()), false);
+  cai["version"] = 3;
+  cai["strides"] = py::none();
+  // The stream the contents are produced on: a consumer synchronises with it before use.
+  if (array.data() == nullptr) {
+    cai["stream"] = py::none();
+  } else {
+    cai["stream"] = stream_protocol_value(array.stream());
+  }
+  return cai;
+}
+
+std::string repr(const Array& array) {
+  std::ostringstream text;
+  text << "cudaops.Array(shape=(";
+  for (size_t i = 0; i < array.shape().size(); ++i) {
+    text << (i ? ", " : "") << array.shape()[i];
+  }
+  if (array.shape().size() == 1) text << ",";
+  text << "), dtype=" << dtype_name(array.dtype()) << ", device=" << array.device() << ")";
+  return text.str();
+}
+
+}  // namespace
+
+DType parse_dtype_arg(py::handle obj, const char* op);
+
+void bind_array(py::module_& m) {
+  py::class_<Array>(m, "Array", R"doc(
+Device memory owned by cudaops: what an op returns when no framework array was passed in.
+
+Frameworks take it without a copy: torch.from_dlpack, cupy.from_dlpack, jax.dlpack.from_dlpack
+(through __dlpack__) and numba.cuda.as_cuda_array (through __cuda_array_interface__, all dtypes but
+bfloat16). Array(shape, dtype="float32", device=None, stream=None) allocates uninitialised memory,
+for example to pass as out=.
+)doc")
+      .def(py::init([](std::vector<int64_t> shape, py::handle dtype, py::object device,
+                       py::handle stream) {
+             const char* op = "cudaops.Array";
+             DType parsed = parse_dtype_arg(dtype, op);
+             StreamArg s = parse_stream(stream, op);
+             int dev = 0;
+             if (device.is_none()) {
+               check_cuda(cudaGetDevice(&dev), std::string(op) + ": CUDA is not available");
+             } else {
+               dev = device.cast<int>();
+             }
+             checked_size(shape, op, "shape");
+             DeviceGuard guard(dev, op);
+             auto array = std::make_unique<Array>(std::move(shape), parsed, dev, s.handle, op);
+             array->mark_ready(s.handle, op);
+             return array;
+           }),
+           py::arg("shape"), py::arg("dtype") = "float32", py::kw_only(),
+           py::arg("device") = py::none(), py::arg("stream") = py::none())
+      .def_property_readonly("shape",
+                             [](const Array& a) {
+                               py::tuple shape(a.shape().size());
+                               for (size_t i = 0; i < a.shape().size(); ++i) shape[i] = a.shape()[i];
+                               return shape;
+                             })
+      .def_property_readonly("dtype", [](const Array& a) { return dtype_name(a.dtype()); },
+                             "The dtype's name: float32, float16, bfloat16, int32 or int64.")
+      .def_property_readonly("device", &Array::device, "The CUDA device ordinal.")
+      .def_property_readonly("ndim", [](const Array& a) { return a.shape().size(); })
+      .def_property_readonly("size", &Array::size)
+      .def_property_readonly("nbytes", &Array::nbytes)
+      .def_property_readonly("ptr", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); },
+                             "The device address of the first element.")
+      .def("__len__",
+           [](const Array& a) {
+             if (a.shape().empty()) throw py::type_error("len() of a 0-d cudaops.Array");
+             return a.shape()[0];
+           })
+      .def("__repr__", &repr)
+      .def("__dlpack__", &dlpack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none())
+      .def("__dlpack_device__",
+           [](const Array& a) { return py::make_tuple(static_cast<int>(dl::kCUDA), a.device()); })
+      .def_property_readonly("__cuda_array_interface__", &cuda_array_interface);
+}
+
+}  // namespace cudaops::python

@@ -1,0 +1,58 @@
+// cudaops.Array: device memory owned by the module, handed to frameworks zero-copy through
+// DLPack or __cuda_array_interface__.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common.h"
+#include "cudaops/dtype.h"
+
+namespace cudaops::python {
+
+/// Memory from the device's stream-ordered pool, allocated on the stream of the op that fills it.
+/// `ready` is recorded after that op, so consumers on other streams can wait for it; the memory
+/// goes back to the pool after `ready`, in the order of the legacy default stream.
+struct Allocation {
+  void* ptr = nullptr;
+  int device = 0;
+  cudaEvent_t ready = nullptr;
+  ~Allocation();
+};
+
+class Array {
+ public:
+  /// Uninitialised memory for shape x dtype on `device`, allocated in the order of `stream`.
+  Array(std::vector<int64_t> shape, DType dtype, int device, cudaStream_t stream, const char* op);
+
+  const std::vector<int64_t>& shape() const { return shape_; }
+  DType dtype() const { return dtype_; }
+  int device() const { return memory_->device; }
+  void* data() const { return memory_->ptr; }
+  int64_t size() const { return size_; }
+  int64_t nbytes() const { return size_ * dtype_size(dtype_); }
+  cudaStream_t stream() const { return stream_; }
+
+  /// Records that everything queued on `stream` so far produces this array's contents.
+  void mark_ready(cudaStream_t stream, const char* op);
+  /// Makes `consumer` wait until the contents are produced (no-op without a pending producer).
+  void order_before(cudaStream_t consumer) const;
+
+ private:
+  std::shared_ptr<Allocation> memory_;
+  std::vector<int64_t> shape_;
+  DType dtype_;
+  int64_t size_ = 0;
+  cudaStream_t stream_ = cudaStreamLegacy;
+};
+
+/// Number of elements of `shape`, checking each extent and the product for overflow.
+int64_t checked_size(const std::vector<int64_t>& shape, const char* op, const char* name);
+
+/// Registers cudaops.Array (with __dlpack__, __dlpack_device__, __cuda_array_interface__).
+void bind_array(py::module_& m);
+
+}  // namespace cudaops::python

@@ -1,0 +1,728 @@
+#include "array_import.h"
+
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace cudaops::python {
+
+namespace {
+
+std::atomic<bool> g_fast_paths{true};
+
+std::string prefix(const char* op, const std::string& name) {
+  return std::string(op) + ": " + name + ": ";
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::ostringstream text;
+  text << "(";
+  for (size_t i = 0; i < shape.size(); ++i) text << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) text << ",";
+  text << ")";
+  return text.str();
+}
+
+std::string pointer_text(const void* ptr) {
+  std::ostringstream text;
+  text << "0x" << std::hex << reinterpret_cast<uintptr_t>(ptr);
+  return text.str();
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t stride = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i] > 0 ? shape[i] : 1;
+  }
+  return strides;
+}
+
+const char* dl_device_name(int32_t type) {
+  switch (type) {
+    case dl::kCPU:
+      return "the CPU";
+    case dl::kCUDAHost:
+      return "CUDA pinned host memory";
+    case dl::kROCM:
+    case dl::kROCMHost:
+      return "a ROCm device";
+    case dl::kOpenCL:
+      return "an OpenCL device";
+    case dl::kVulkan:
+      return "a Vulkan device";
+    case dl::kMetal:
+      return "a Metal device";
+    case dl::kOneAPI:
+      return "a oneAPI device";
+    default:
+      return nullptr;
+  }
+}
+
+void require_cuda_device_type(int32_t type, const char* op, const std::string& name) {
+  if (type == dl::kCUDA || type == dl::kCUDAManaged) return;
+  const char* where = dl_device_name(type);
+  std::string text = prefix(op, name) + "expected an array in CUDA device memory, got one on ";
+  text += where != nullptr ? where : ("DLPack device type " + std::to_string(type));
+  throw py::value_error(text);
+}
+
+std::string dl_dtype_text(dl::DataType t) {
+  std::string base;
+  switch (t.code) {
+    case dl::kInt:
+      base = "int";
+      break;
+    case dl::kUInt:
+      base = "uint";
+      break;
+    case dl::kFloat:
+      base = "float";
+      break;
+    case dl::kBfloat:
+      base = "bfloat";
+      break;
+    case dl::kComplex:
+      base = "complex";
+      break;
+    case dl::kBool:
+      return "bool";
+    default:
+      return "DLPack type code " + std::to_string(t.code) + " with " + std::to_string(t.bits) +
+             " bits";
+  }
+  std::string text = base + std::to_string(t.bits);
+  if (t.lanes != 1) text += "x" + std::to_string(t.lanes);
+  return text;
+}
+
+constexpr const char* kExpectedDtypes = "expected float32, float16, bfloat16, int32 or int64";
+
+DType dtype_from_dl(dl::DataType t, const char* op, const std::string& name) {
+  if (t.lanes == 1) {
+    if (t.code == dl::kFloat && t.bits == 32) return DType::kFloat32;
+    if (t.code == dl::kFloat && t.bits == 16) return DType::kFloat16;
+    if (t.code == dl::kBfloat && t.bits == 16) return DType::kBFloat16;
+    if (t.code == dl::kInt && t.bits == 32) return DType::kInt32;
+    if (t.code == dl::kInt && t.bits == 64) return DType::kInt64;
+  }
+  throw py::type_error(prefix(op, name) + "dtype " + dl_dtype_text(t) + " is not supported; " +
+                       kExpectedDtypes);
+}
+
+DType dtype_from_typestr(const std::string& typestr, const char* op, const std::string& name) {
+  // Little-endian ('<'), native ('=', little-endian on every CUDA host) or not applicable ('|').
+  if (typestr.size() >= 3 && (typestr[0] == '<' || typestr[0] == '=' || typestr[0] == '|')) {
+    const std::string body = typestr.substr(1);
+    if (body == "f4") return DType::kFloat32;
+    if (body == "f2") return DType::kFloat16;
+    if (body == "i4") return DType::kInt32;
+    if (body == "i8") return DType::kInt64;
+  }
+  throw py::type_error(prefix(op, name) + "typestr '" + typestr + "' is not supported; " +
+                       "expected '<f4' (float32), '<f2' (float16), '<i4' (int32) or '<i8' "
+                       "(int64); bfloat16 has no typestr and is taken through DLPack");
+}
+
+int64_t as_int(py::handle value, const char* op, const std::string& name, const char* what) {
+  if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr())) {
+    throw py::type_error(prefix(op, name) + what + " must be an int, got " + type_name(value));
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow != 0) throw py::value_error(prefix(op, name) + what + " does not fit in int64");
+  return static_cast<int64_t>(v);
+}
+
+std::vector<int64_t> int_tuple(py::handle value, const char* op, const std::string& name,
+                               const char* what) {
+  if (!PyTuple_Check(value.ptr()) && !PyList_Check(value.ptr())) {
+    throw py::type_error(prefix(op, name) + what + " must be a tuple of ints, got " +
+                         type_name(value));
+  }
+  std::vector<int64_t> result;
+  for (py::handle item : value) result.push_back(as_int(item, op, name, what));
+  return result;
+}
+
+// Direct reads of torch tensors, without the cost of Tensor.__dlpack__ (a Python method that
+// creates stream objects on every call). Only public attributes are read; the stream ordering
+// that __dlpack__ would do is done in prepare().
+struct TorchHooks {
+  PyObject* tensor_type = nullptr;
+  PyObject* parameter_type = nullptr;
+  PyObject* strided = nullptr;
+  PyObject* dtypes[5] = {};
+  PyObject* raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream, when it exists
+  PyObject* cuda = nullptr;        // torch.cuda
+};
+
+TorchHooks* torch_hooks() {
+  static TorchHooks* hooks = nullptr;
+  static bool failed = false;
+  if (hooks != nullptr || failed) return hooks;
+  PyObject* modules = PySys_GetObject("modules");  // borrowed
+  if (modules == nullptr) return nullptr;
+  PyObject* torch = PyDict_GetItemString(modules, "torch");  // borrowed
+  if (torch == nullptr) return nullptr;
+  try {
+    py::handle t(torch);
+    auto* h = new TorchHooks();
+    auto keep = [](py::object o) { return o.release().ptr(); };
+    h->tensor_type = keep(t.attr("Tensor"));
+    h->parameter_type = keep(t.attr("nn").attr("Parameter"));
+    h->strided = keep(t.attr("strided"));
+    const char* names[5] = {"float32", "float16", "bfloat16", "int32", "int64"};
+    for (int i = 0; i < 5; ++i) h->dtypes[i] = keep(t.attr(names[i]));
+    h->cuda = keep(t.attr("cuda"));
+    py::object c = t.attr("_C");
+    if (py::hasattr(c, "_cuda_getCurrentRawStream")) {
+      h->raw_stream = keep(c.attr("_cuda_getCurrentRawStream"));
+    }
+    hooks = h;
+  } catch (py::error_already_set&) {
+    // A torch that does not look like one we know: use the protocols.
+    failed = true;
+  }
+  return hooks;
+}
+
+bool is_plain_torch_tensor(py::handle obj) {
+  TorchHooks* h = torch_hooks();
+  if (h == nullptr) return false;
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()));
+  return type == h->tensor_type || type == h->parameter_type;
+}
+
+// Fills `view` from a torch tensor's attributes; false when the tensor is anything but a plain
+// strided CUDA tensor of a supported dtype, so that the protocol path reports it.
+bool read_torch_tensor(py::handle obj, ArrayView& view, Access access) {
+  TorchHooks* h = torch_hooks();
+  py::object is_cuda = obj.attr("is_cuda");
+  if (is_cuda.ptr() != Py_True) return false;
+  if (obj.attr("layout").ptr() != h->strided) return false;
+  // torch refuses to export a tensor that requires grad; so do we, with torch's own message.
+  (void)access;
+  if (obj.attr("requires_grad").ptr() == Py_True) return false;
+  py::object dtype = obj.attr("dtype");
+  const DType map[5] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                        DType::kInt64};
+  int found = -1;
+  for (int i = 0; i < 5; ++i) {
+    if (dtype.ptr() == h->dtypes[i]) found = i;
+  }
+  if (found < 0) return false;
+  view.dtype = map[found];
+  py::object shape = obj.attr("shape");
+  py::object strides = obj.attr("stride")();
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+  if (!PyTuple_Check(strides.ptr()) || PyTuple_GET_SIZE(strides.ptr()) != ndim) return false;
+  view.shape.resize(ndim);
+  view.strides.resize(ndim);
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    view.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+    view.strides[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides.ptr(), i));
+  }
+  if (PyErr_Occurred()) throw py::error_already_set();
+  view.data = reinterpret_cast<void*>(
+      static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(obj.attr("data_ptr")().ptr())));
+  view.device = static_cast<int>(PyLong_AsLong(obj.attr("get_device")().ptr()));
+  if (PyErr_Occurred()) throw py::error_already_set();
+  view.wait_torch_stream = true;
+  view.protocol = "torch";
+  return true;
+}
+
+cudaStream_t torch_current_stream(int device) {
+  TorchHooks* h = torch_hooks();
+  py::object value;
+  if (h->raw_stream != nullptr) {
+    value = py::reinterpret_borrow<py::object>(h->raw_stream)(device);
+  } else {
+    value = py::reinterpret_borrow<py::object>(h->cuda).attr("current_stream")(device).attr(
+        "cuda_stream");
+  }
+  return reinterpret_cast<cudaStream_t>(static_cast<intptr_t>(value.cast<int64_t>()));
+}
+
+void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, const char* op) {
+  const std::string& name = view.name;
+  if (py::hasattr(obj, "__dlpack_device__")) {
+    py::object device = obj.attr("__dlpack_device__")();
+    if (!PyTuple_Check(device.ptr()) || PyTuple_GET_SIZE(device.ptr()) != 2) {
+      throw py::type_error(prefix(op, name) + "__dlpack_device__() must return (type, id)");
+    }
+    const int64_t type = as_int(PyTuple_GET_ITEM(device.ptr(), 0), op, name, "device type");
+    require_cuda_device_type(static_cast<int32_t>(type), op, name);
+  }
+  const int64_t stream_value = stream_protocol_value(stream);
+  py::object capsule;
+  py::object dlpack = obj.attr("__dlpack__");
+  try {
+    capsule = dlpack(py::arg("stream") = stream_value,
+                     py::arg("max_version") = py::make_tuple(dl::kMajorVersion, dl::kMinorVersion));
+  } catch (py::error_already_set& e) {
+    // A producer without the versioned protocol does not know max_version.
+    if (!e.matches(PyExc_TypeError)) throw;
+    capsule = dlpack(py::arg("stream") = stream_value);
+  }
+  PyObject* cap = capsule.ptr();
+  dl::Tensor* tensor = nullptr;
+  if (PyCapsule_IsValid(cap, dl::kCapsuleVersioned)) {
+    auto* managed =
+        static_cast<dl::ManagedTensorVersioned*>(PyCapsule_GetPointer(cap, dl::kCapsuleVersioned));
+    if (PyCapsule_SetName(cap, dl::kCapsuleVersionedUsed) != 0) throw py::error_already_set();
+    view.versioned = managed;  // released by the view from here on
+    if (managed->version.major != dl::kMajorVersion) {
+      throw py::value_error(prefix(op, name) + "DLPack version " +
+                            std::to_string(managed->version.major) + "." +
+                            std::to_string(managed->version.minor) +
+                            " is not supported (expected major version 1)");
+    }
+    view.readonly = (managed->flags & dl::kFlagReadOnly) != 0;
+    tensor = &managed->dl_tensor;
+  } else if (PyCapsule_IsValid(cap, dl::kCapsuleLegacy)) {
+    auto* managed = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(cap, dl::kCapsuleLegacy));
+    if (PyCapsule_SetName(cap, dl::kCapsuleLegacyUsed) != 0) throw py::error_already_set();
+    view.legacy = managed;
+    tensor = &managed->dl_tensor;
+  } else {
+    throw py::type_error(prefix(op, name) +
+                         "__dlpack__() must return an unused \"dltensor\" or "
+                         "\"dltensor_versioned\" capsule, got " +
+                         type_name(capsule));
+  }
+  require_cuda_device_type(tensor->device.device_type, op, name);
+  view.device = tensor->device.device_id;
+  view.dtype = dtype_from_dl(tensor->dtype, op, name);
+  if (tensor->ndim < 0 || (tensor->ndim > 0 && tensor->shape == nullptr)) {
+    throw py::value_error(prefix(op, name) + "DLPack tensor with an invalid shape");
+  }
+  view.shape.assign(tensor->shape, tensor->shape + tensor->ndim);
+  if (tensor->strides == nullptr) {
+    view.strides = contiguous_strides(view.shape);
+  } else {
+    view.strides.assign(tensor->strides, tensor->strides + tensor->ndim);
+  }
+  view.data = static_cast<char*>(tensor->data) + tensor->byte_offset;
+  view.protocol = view.versioned != nullptr ? "DLPack" : "DLPack (legacy)";
+}
+
+void import_cai(py::handle obj, ArrayView& view, const char* op) {
+  const std::string& name = view.name;
+  py::object cai_obj = obj.attr("__cuda_array_interface__");
+  if (!PyDict_Check(cai_obj.ptr())) {
+    throw py::type_error(prefix(op, name) + "__cuda_array_interface__ must be a dict, got " +
+                         type_name(cai_obj));
+  }
+  py::dict cai = py::reinterpret_borrow<py::dict>(cai_obj);
+  auto get = [&](const char* key) -> py::object {
+    PyObject* item = PyDict_GetItemString(cai.ptr(), key);  // borrowed
+    return item == nullptr ? py::object() : py::reinterpret_borrow<py::object>(item);
+  };
+  py::object version = get("version");
+  const int64_t v = version ? as_int(version, op, name, "__cuda_array_interface__ 'version'") : -1;
+  if (v != 2 && v != 3) {
+    throw py::value_error(prefix(op, name) + "__cuda_array_interface__ version " +
+                          std::to_string(v) + " is not supported (expected 2 or 3)");
+  }
+  py::object mask = get("mask");
+  if (mask && !mask.is_none()) {
+    throw py::value_error(prefix(op, name) +
+                          "masked arrays (__cuda_array_interface__ 'mask') are not supported");
+  }
+  py::object typestr = get("typestr");
+  if (!typestr || !PyUnicode_Check(typestr.ptr())) {
+    throw py::type_error(prefix(op, name) + "__cuda_array_interface__ 'typestr' must be a str");
+  }
+  view.dtype = dtype_from_typestr(typestr.cast<std::string>(), op, name);
+  py::object shape = get("shape");
+  if (!shape) throw py::type_error(prefix(op, name) + "__cuda_array_interface__ has no 'shape'");
+  view.shape = int_tuple(shape, op, name, "__cuda_array_interface__ 'shape'");
+  py::object strides = get("strides");
+  if (!strides || strides.is_none()) {
+    view.strides = contiguous_strides(view.shape);
+  } else {
+    std::vector<int64_t> bytes = int_tuple(strides, op, name, "__cuda_array_interface__ 'strides'");
+    if (bytes.size() != view.shape.size()) {
+      throw py::value_error(prefix(op, name) + "__cuda_array_interface__ 'strides' has " +
+                            std::to_string(bytes.size()) + " entries for " +
+                            std::to_string(view.shape.size()) + " dimensions");
+    }
+    const int64_t item = dtype_size(view.dtype);
+    view.strides.resize(bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i) {
+      if (bytes[i] % item != 0) {
+        throw py::value_error(prefix(op, name) + "stride of " + std::to_string(bytes[i]) +
+                              " bytes is not a multiple of the " + std::to_string(item) +
+                              "-byte element");
+      }
+      view.strides[i] = bytes[i] / item;
+    }
+  }
+  py::object data = get("data");
+  if (!data || !PyTuple_Check(data.ptr()) || PyTuple_GET_SIZE(data.ptr()) != 2) {
+    throw py::type_error(prefix(op, name) +
+                         "__cuda_array_interface__ 'data' must be a (pointer, read_only) tuple");
+  }
+  const int64_t ptr = as_int(PyTuple_GET_ITEM(data.ptr(), 0), op, name, "data pointer");
+  view.data = reinterpret_cast<void*>(static_cast<uintptr_t>(ptr));
+  view.readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data.ptr(), 1)) == 1;
+  if (v >= 3) {
+    py::object stream = get("stream");
+    if (stream && !stream.is_none()) {
+      const int64_t s = as_int(stream, op, name, "__cuda_array_interface__ 'stream'");
+      view.wait_cai_stream = true;
+      view.cai_stream = stream_from_protocol_value(s);
+    }
+  }
+  view.protocol = "__cuda_array_interface__";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+ArrayView::ArrayView(ArrayView&& other) noexcept { *this = std::move(other); }
+
+ArrayView& ArrayView::operator=(ArrayView&& other) noexcept {
+  if (this != &other) {
+    release();
+    name = std::move(other.name);
+    data = other.data;
+    dtype = other.dtype;
+    shape = std::move(other.shape);
+    strides = std::move(other.strides);
+    size = other.size;
+    device = other.device;
+    readonly = other.readonly;
+    protocol = other.protocol;
+    wait_cai_stream = other.wait_cai_stream;
+    cai_stream = other.cai_stream;
+    wait_torch_stream = other.wait_torch_stream;
+    source_array = other.source_array;
+    legacy = std::exchange(other.legacy, nullptr);
+    versioned = std::exchange(other.versioned, nullptr);
+  }
+  return *this;
+}
+
+ArrayView::~ArrayView() { release(); }
+
+void ArrayView::release() noexcept {
+  if (legacy != nullptr && legacy->deleter != nullptr) legacy->deleter(legacy);
+  if (versioned != nullptr && versioned->deleter != nullptr) versioned->deleter(versioned);
+  legacy = nullptr;
+  versioned = nullptr;
+}
+
+bool ArrayView::c_contiguous() const {
+  if (size == 0) return true;
+  int64_t expected = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+CallContext::CallContext(const char* op, py::handle stream)
+    : op_(op), stream_(parse_stream(stream, op)) {}
+
+ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
+  ArrayView view;
+  view.name = name;
+  bool done = false;
+  if (g_fast_paths.load(std::memory_order_relaxed)) {
+    if (py::isinstance<Array>(obj)) {
+      const Array& array = obj.cast<const Array&>();
+      view.data = array.data();
+      view.dtype = array.dtype();
+      view.shape = array.shape();
+      view.strides = contiguous_strides(view.shape);
+      view.device = array.device();
+      view.source_array = &array;
+      view.protocol = "cudaops.Array";
+      done = true;
+    } else if (is_plain_torch_tensor(obj)) {
+      done = read_torch_tensor(obj, view, access);
+    }
+  }
+  if (!done && access == Access::kWrite) {
+    py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()));
+    const std::string module = py::str(type.attr("__module__"));
+    if (module.rfind("jax", 0) == 0) {
+      throw py::type_error(prefix(op_, name) +
+                           "JAX arrays are immutable and cannot be written in place; call "
+                           "without out= to get a new jax.Array");
+    }
+  }
+  if (!done) {
+    if (py::hasattr(obj, "__dlpack__")) {
+      import_dlpack(obj, view, stream_.handle, op_);
+    } else if (py::hasattr(obj, "__cuda_array_interface__")) {
+      import_cai(obj, view, op_);
+    } else {
+      throw py::type_error(prefix(op_, name) +
+                           "expected a CUDA array (an object with __dlpack__ or "
+                           "__cuda_array_interface__), got " +
+                           type_name(obj));
+    }
+  }
+  view.size = checked_size(view.shape, op_, name);
+  if (access == Access::kWrite && view.readonly) {
+    throw py::value_error(prefix(op_, name) + "the array is read-only (" + view.protocol +
+                          "); an output must be writable");
+  }
+  const int64_t item = dtype_size(view.dtype);
+  if (view.size > 0 && reinterpret_cast<uintptr_t>(view.data) % static_cast<uintptr_t>(item) != 0) {
+    throw py::value_error(prefix(op_, name) + "data pointer " + pointer_text(view.data) +
+                          " is not aligned to its " + std::to_string(item) + "-byte " +
+                          dtype_name(view.dtype) + " elements");
+  }
+  if (view.size > 0 && view.data == nullptr) {
+    throw py::value_error(prefix(op_, name) + "null data pointer for " +
+                          std::to_string(view.size) + " elements");
+  }
+  return view;
+}
+
+void CallContext::require_contiguous(const ArrayView& view) const {
+  if (view.c_contiguous()) return;
+  std::ostringstream text;
+  text << op_ << ": " << view.name << ": expected a C-contiguous array, got shape "
+       << shape_text(view.shape) << " with strides " << shape_text(view.strides)
+       << " (in elements)";
+  throw py::value_error(text.str());
+}
+
+void CallContext::require_same_shape(const ArrayView& reference, const ArrayView& view) const {
+  if (reference.shape == view.shape) return;
+  throw py::value_error(prefix(op_, view.name) + "shape " + shape_text(view.shape) +
+                        " does not match " + reference.name + "'s shape " +
+                        shape_text(reference.shape));
+}
+
+void CallContext::require_same_dtype(const ArrayView& reference, const ArrayView& view) const {
+  if (reference.dtype == view.dtype) return;
+  throw py::type_error(prefix(op_, view.name) + "dtype " + dtype_name(view.dtype) +
+                       " does not match " + reference.name + "'s dtype " +
+                       dtype_name(reference.dtype));
+}
+
+void CallContext::require_floating(const ArrayView& view) const {
+  if (dtype_is_floating(view.dtype)) return;
+  throw py::type_error(prefix(op_, view.name) + "dtype " + dtype_name(view.dtype) +
+                       " is not supported; expected float32, float16 or bfloat16");
+}
+
+int CallContext::prepare(std::initializer_list<const ArrayView*> arrays) {
+  int device = -1;
+  const ArrayView* first = nullptr;
+  bool work = false;
+  for (const ArrayView* view : arrays) {
+    if (view == nullptr) continue;
+    if (view->size > 0) work = true;
+  }
+  if (!work) {
+    for (const ArrayView* view : arrays) {
+      if (view != nullptr && view->device >= 0) {
+        device = view->device;
+        break;
+      }
+    }
+    if (device < 0 && cudaGetDevice(&device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      device = 0;
+    }
+    device_ = device;
+    return device;
+  }
+  for (const ArrayView* view : arrays) {
+    if (view == nullptr || view->size == 0) continue;
+    int view_device = view->device;
+    if (view_device < 0) {
+      cudaPointerAttributes attributes{};
+      check_cuda(cudaPointerGetAttributes(&attributes, view->data),
+                 prefix(op_, view->name) + "cannot query pointer " + pointer_text(view->data));
+      if (attributes.type != cudaMemoryTypeDevice && attributes.type != cudaMemoryTypeManaged) {
+        throw py::value_error(prefix(op_, view->name) + "pointer " + pointer_text(view->data) +
+                              (attributes.type == cudaMemoryTypeHost
+                                   ? " is pinned host memory"
+                                   : " is not CUDA memory (a CPU array?)") +
+                              "; expected CUDA device memory");
+      }
+      view_device = attributes.device;
+    }
+    if (first == nullptr) {
+      first = view;
+      device = view_device;
+    } else if (view_device != device) {
+      throw py::value_error(prefix(op_, view->name) + "is on CUDA device " +
+                            std::to_string(view_device) + " but " + first->name +
+                            " is on CUDA device " + std::to_string(device) +
+                            "; all arrays must be on one device");
+    }
+  }
+  guard_.emplace(device, op_);
+  device_ = device;
+  bool torch_done = false;
+  for (const ArrayView* view : arrays) {
+    if (view == nullptr || view->size == 0) continue;
+    if (view->wait_cai_stream) order_after(view->cai_stream, stream_.handle, op_);
+    if (view->wait_torch_stream && !torch_done) {
+      order_after(torch_current_stream(device), stream_.handle, op_);
+      torch_done = true;
+    }
+    if (view->source_array != nullptr) view->source_array->order_before(stream_.handle);
+  }
+  return device;
+}
+
+void* CallContext::output_data(const ArrayView* out, const std::vector<int64_t>& shape,
+                               DType dtype) {
+  if (out != nullptr) return out->data;
+  result_ = std::make_unique<Array>(shape, dtype, device_ < 0 ? 0 : device_, stream_.handle, op_);
+  return result_->data();
+}
+
+py::object CallContext::finish(py::handle out, py::handle like) {
+  if (!out.is_none()) return py::reinterpret_borrow<py::object>(out);
+  result_->mark_ready(stream_.handle, op_);
+  py::object array = py::cast(std::move(result_));
+  return as_kind_of(array, like);
+}
+
+py::object as_kind_of(py::object array, py::handle like) {
+  if (py::isinstance<Array>(like)) return array;
+  py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(like.ptr()));
+  const std::string module = py::str(type.attr("__module__"));
+  const std::string top = module.substr(0, module.find('.'));
+  PyObject* modules = PySys_GetObject("modules");
+  auto loaded = [&](const char* name) -> py::object {
+    PyObject* m = PyDict_GetItemString(modules, name);
+    return m == nullptr ? py::object() : py::reinterpret_borrow<py::object>(m);
+  };
+  if (top == "torch") {
+    if (py::object torch = loaded("torch")) return torch.attr("from_dlpack")(array);
+  } else if (top == "cupy") {
+    if (py::object cupy = loaded("cupy")) return cupy.attr("from_dlpack")(array);
+  } else if (top == "jax" || top == "jaxlib") {
+    if (loaded("jax")) return py::module_::import("jax.dlpack").attr("from_dlpack")(array);
+  } else if (top == "numba") {
+    if (loaded("numba")) return py::module_::import("numba.cuda").attr("as_cuda_array")(array);
+  }
+  return array;
+}
+
+void set_fast_paths(bool enabled) { g_fast_paths.store(enabled); }
+bool fast_paths() { return g_fast_paths.load(); }
+
+DType parse_dtype_arg(py::handle obj, const char* op) {
+  std::string text;
+  if (PyUnicode_Check(obj.ptr())) {
+    text = obj.cast<std::string>();
+  } else {
+    text = py::str(obj).cast<std::string>();  // numpy.dtype('float32'), torch.float32, ...
+    const std::string torch_prefix = "torch.";
+    if (text.rfind(torch_prefix, 0) == 0) text = text.substr(torch_prefix.size());
+  }
+  DType dtype = DType::kFloat32;
+  Status status = parse_dtype(text, &dtype);
+  if (!status.ok()) throw py::type_error(std::string(op) + ": dtype: " + status.message());
+  return dtype;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+std::atomic<int> g_test_deleter_calls{0};
+
+struct TestTensor {
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  union {
+    dl::ManagedTensor legacy;
+    dl::ManagedTensorVersioned versioned;
+  };
+};
+
+void test_legacy_deleter(dl::ManagedTensor* self) {
+  delete static_cast<TestTensor*>(self->manager_ctx);
+  ++g_test_deleter_calls;
+}
+
+void test_versioned_deleter(dl::ManagedTensorVersioned* self) {
+  delete static_cast<TestTensor*>(self->manager_ctx);
+  ++g_test_deleter_calls;
+}
+
+void test_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, dl::kCapsuleVersioned)) {
+    auto* t = static_cast<dl::ManagedTensorVersioned*>(
+        PyCapsule_GetPointer(capsule, dl::kCapsuleVersioned));
+    t->deleter(t);
+  } else if (PyCapsule_IsValid(capsule, dl::kCapsuleLegacy)) {
+    auto* t = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule, dl::kCapsuleLegacy));
+    t->deleter(t);
+  }
+  PyErr_Clear();
+}
+
+}  // namespace
+
+void bind_testing(py::module_& m) {
+  py::module_ t = m.def_submodule(
+      "_testing", "Stand-in DLPack tensors for tests that run without a GPU; never dereferenced.");
+  t.def(
+      "make_capsule",
+      [](uintptr_t ptr, std::vector<int64_t> shape, std::optional<std::vector<int64_t>> strides,
+         int type_code, int bits, int lanes, int device_type, int device_id, uint64_t byte_offset,
+         bool versioned, bool readonly, int major) {
+        auto* t = new TestTensor();
+        t->shape = std::move(shape);
+        if (strides) t->strides = *strides;
+        dl::Tensor tensor{};
+        tensor.data = reinterpret_cast<void*>(ptr);
+        tensor.device = {device_type, device_id};
+        tensor.ndim = static_cast<int32_t>(t->shape.size());
+        tensor.dtype = {static_cast<uint8_t>(type_code), static_cast<uint8_t>(bits),
+                        static_cast<uint16_t>(lanes)};
+        tensor.shape = t->shape.data();
+        tensor.strides = strides ? t->strides.data() : nullptr;
+        tensor.byte_offset = byte_offset;
+        PyObject* capsule;
+        if (versioned) {
+          std::memset(&t->versioned, 0, sizeof(t->versioned));
+          t->versioned.version = {static_cast<uint32_t>(major), 0};
+          t->versioned.manager_ctx = t;
+          t->versioned.deleter = test_versioned_deleter;
+          t->versioned.flags = readonly ? dl::kFlagReadOnly : 0;
+          t->versioned.dl_tensor = tensor;
+          capsule = PyCapsule_New(&t->versioned, dl::kCapsuleVersioned, test_capsule_destructor);
+        } else {
+          std::memset(&t->legacy, 0, sizeof(t->legacy));
+          t->legacy.manager_ctx = t;
+          t->legacy.deleter = test_legacy_deleter;
+          t->legacy.dl_tensor = tensor;
+          capsule = PyCapsule_New(&t->legacy, dl::kCapsuleLegacy, test_capsule_destructor);
+        }
+        if (capsule == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(capsule);
+      },
+      py::arg("ptr"), py::arg("shape"), py::arg("strides") = py::none(),
+      py::arg("type_code") = 2, py::arg("bits") = 32, py::arg("lanes") = 1,
+      py::arg("device_type") = 2, py::arg("device_id") = 0, py::arg("byte_offset") = 0,
+      py::arg("versioned") = true, py::arg("readonly") = false, py::arg("major") = 1);
+  t.def("deleter_calls", []() { return g_test_deleter_calls.load(); },
+        "How many stand-in tensors have been released so far.");
+}
+
+}  // namespace cudaops::python

@@ -1,0 +1,113 @@
+// One converter from any Python array object to a view the ops can use: DLPack (versioned, then
+// legacy), __cuda_array_interface__ v2/v3, and direct reads of torch tensors and cudaops.Array.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "array.h"
+#include "common.h"
+#include "cudaops/dtype.h"
+#include "dlpack.h"
+
+namespace cudaops::python {
+
+enum class Access { kRead, kWrite };
+
+/// A borrowed view of an array: valid while the object it came from is alive. A DLPack tensor
+/// taken from a capsule is released (its deleter called) when the view goes away.
+class ArrayView {
+ public:
+  ArrayView() = default;
+  ArrayView(ArrayView&& other) noexcept;
+  ArrayView& operator=(ArrayView&& other) noexcept;
+  ArrayView(const ArrayView&) = delete;
+  ArrayView& operator=(const ArrayView&) = delete;
+  ~ArrayView();
+
+  std::string name;                // the argument's name, for messages
+  void* data = nullptr;            // first element (byte_offset applied)
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;    // in elements
+  int64_t size = 0;
+  int device = -1;                 // -1: known only from the pointer (CUDA array interface)
+  bool readonly = false;
+  const char* protocol = "";       // how it was imported, for messages
+
+  // Producer streams the op's stream must wait for.
+  bool wait_cai_stream = false;    // __cuda_array_interface__ v3 "stream"
+  cudaStream_t cai_stream = nullptr;
+  bool wait_torch_stream = false;  // torch's current stream on `device`
+  const Array* source_array = nullptr;  // a cudaops.Array read directly
+
+  bool c_contiguous() const;
+
+  dl::ManagedTensor* legacy = nullptr;
+  dl::ManagedTensorVersioned* versioned = nullptr;
+
+ private:
+  void release() noexcept;
+};
+
+/// What one op call needs around its arrays: the stream, the arrays' device (made current for the
+/// call and restored afterwards) and the ordering after the arrays' producers.
+class CallContext {
+ public:
+  CallContext(const char* op, py::handle stream);
+
+  const char* op() const { return op_; }
+  cudaStream_t stream() const { return stream_.handle; }
+
+  /// Imports `obj` as argument `name`. Checks everything that needs no GPU: protocol, dtype,
+  /// device type, read-only outputs, mask, strides, alignment.
+  ArrayView import(py::handle obj, const char* name, Access access);
+
+  /// Finds the device all `arrays` (null entries skipped) live on, makes it current and orders
+  /// the op's stream after the arrays' producers. Returns the device. When nothing has elements,
+  /// touches no CUDA state unless it must ask for the current device.
+  int prepare(std::initializer_list<const ArrayView*> arrays);
+
+  // Checks shared by the ops. Each throws with the op's and the arguments' names.
+  void require_contiguous(const ArrayView& view) const;
+  void require_same_shape(const ArrayView& reference, const ArrayView& view) const;
+  void require_same_dtype(const ArrayView& reference, const ArrayView& view) const;
+  void require_floating(const ArrayView& view) const;
+
+  /// The result: `out` when given (already checked), else a new Array of shape x dtype.
+  void* output_data(const ArrayView* out, const std::vector<int64_t>& shape, DType dtype);
+
+  /// After a successful launch: `out` itself when given; else the new array, as the same kind of
+  /// array as `like` (torch, CuPy, JAX, Numba), or the cudaops.Array itself.
+  py::object finish(py::handle out, py::handle like);
+
+ private:
+  const char* op_;
+  StreamArg stream_;
+  int device_ = -1;
+  std::optional<DeviceGuard> guard_;
+  std::unique_ptr<Array> result_;
+};
+
+/// Turns a cudaops.Array into the same kind of array as `like`, zero-copy, without importing
+/// anything the caller has not imported.
+py::object as_kind_of(py::object array, py::handle like);
+
+/// Whether torch tensors and cudaops.Array are read directly rather than through DLPack
+/// (on by default; the protocols are used when off, for tests and measurements).
+void set_fast_paths(bool enabled);
+bool fast_paths();
+
+/// "float32" / a DType name / an object whose str() is one: the dtype it names.
+DType parse_dtype_arg(py::handle obj, const char* op);
+
+/// Testing aid: a DLPack capsule describing arbitrary memory, never dereferenced by the module.
+void bind_testing(py::module_& m);
+
+}  // namespace cudaops::python

@@ -1,0 +1,151 @@
+#include "common.h"
+
+#include <vector>
+
+namespace cudaops::python {
+
+[[noreturn]] void throw_status(const Status& status) {
+  const std::string& text = status.message();
+  switch (status.code()) {
+    case StatusCode::kUnsupportedDtype:
+      throw py::type_error(text);
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kMisaligned:
+    case StatusCode::kWorkspaceTooSmall:
+      throw py::value_error(text);
+    case StatusCode::kNotSupported:
+      PyErr_SetString(PyExc_NotImplementedError, text.c_str());
+      throw py::error_already_set();
+    case StatusCode::kCudaError:
+      throw CudaError(text);
+    case StatusCode::kSuccess:
+      break;
+  }
+  throw std::runtime_error(text);
+}
+
+void check_cuda(cudaError_t error, const std::string& context) {
+  if (error == cudaSuccess) return;
+  (void)cudaGetLastError();
+  throw CudaError(context + ": " + cudaGetErrorName(error) + ": " + cudaGetErrorString(error));
+}
+
+DeviceGuard::DeviceGuard(int device, const char* op) {
+  const cudaError_t error = cudaGetDevice(&previous_);
+  if (error == cudaErrorInsufficientDriver || error == cudaErrorNoDevice) {
+    check_cuda(error, std::string(op) +
+                          ": CUDA is not available (no NVIDIA GPU, or no driver recent enough "
+                          "for CUDA " +
+                          std::to_string(CUDART_VERSION / 1000) + "." +
+                          std::to_string(CUDART_VERSION % 1000 / 10) + ")");
+  }
+  check_cuda(error, std::string(op) + ": CUDA is not available");
+  if (previous_ != device) {
+    check_cuda(cudaSetDevice(device), std::string(op) + ": cannot use CUDA device " +
+                                          std::to_string(device));
+    switched_ = true;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (switched_) {
+    if (cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+  }
+}
+
+namespace {
+
+int64_t stream_value_of(py::handle value, const char* op, const char* what) {
+  if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr())) {
+    throw py::type_error(std::string(op) + ": stream: " + what + " must be an int, got " +
+                         type_name(value));
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow != 0 || v < 0) {
+    throw py::value_error(std::string(op) + ": stream: " + what +
+                          " must be a non-negative stream handle");
+  }
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+StreamArg parse_stream(py::handle obj, const char* op) {
+  StreamArg arg;
+  if (obj.is_none()) return arg;
+  int64_t value = 0;
+  if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {
+    value = stream_value_of(obj, op, "an int handle");
+    // An int handle is the raw cudaStream_t; 0 is the default (legacy) stream.
+    arg.handle = value == 0 ? cudaStreamLegacy : reinterpret_cast<cudaStream_t>(value);
+    return arg;
+  }
+  if (py::hasattr(obj, "__cuda_stream__")) {
+    // The CUDA stream protocol: a method (or, in early versions, an attribute) giving
+    // (version, handle).
+    py::object info = obj.attr("__cuda_stream__");
+    if (PyCallable_Check(info.ptr())) info = info();
+    if (!py::isinstance<py::tuple>(info) || py::len(info) != 2) {
+      throw py::type_error(std::string(op) +
+                           ": stream: __cuda_stream__ must give a (version, handle) tuple");
+    }
+    value = stream_value_of(py::tuple(info)[1], op, "__cuda_stream__()[1]");
+  } else if (py::hasattr(obj, "cuda_stream")) {
+    value = stream_value_of(obj.attr("cuda_stream"), op, ".cuda_stream");
+  } else if (py::hasattr(obj, "ptr")) {
+    value = stream_value_of(obj.attr("ptr"), op, ".ptr");
+  } else {
+    throw py::type_error(std::string(op) +
+                         ": stream: expected None, an int handle or an object with "
+                         "__cuda_stream__, .cuda_stream or .ptr, got " +
+                         type_name(obj));
+  }
+  arg.handle = value == 0 ? cudaStreamLegacy : reinterpret_cast<cudaStream_t>(value);
+  return arg;
+}
+
+int64_t stream_protocol_value(cudaStream_t stream) {
+  if (stream == nullptr || stream == cudaStreamLegacy) return 1;
+  if (stream == cudaStreamPerThread) return 2;
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(stream));
+}
+
+cudaStream_t stream_from_protocol_value(int64_t value) {
+  if (value == 0 || value == 1) return cudaStreamLegacy;
+  if (value == 2) return cudaStreamPerThread;
+  return reinterpret_cast<cudaStream_t>(static_cast<intptr_t>(value));
+}
+
+bool same_stream(cudaStream_t a, cudaStream_t b) {
+  return stream_protocol_value(a) == stream_protocol_value(b);
+}
+
+void order_after(cudaStream_t producer, cudaStream_t consumer, const char* op) {
+  if (same_stream(producer, consumer)) return;
+  // One event per device and thread, reused: a wait captures the event's state when it is
+  // called, so re-recording it later does not disturb earlier waits.
+  thread_local std::vector<cudaEvent_t> events;
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), std::string(op) + ": cudaGetDevice");
+  if (events.size() <= static_cast<size_t>(device)) events.resize(device + 1, nullptr);
+  cudaEvent_t& event = events[device];
+  if (event == nullptr) {
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+               std::string(op) + ": cudaEventCreate");
+  }
+  check_cuda(cudaEventRecord(event, producer),
+             std::string(op) + ": recording an event on the array's stream");
+  check_cuda(cudaStreamWaitEvent(consumer, event, 0),
+             std::string(op) + ": making the op's stream wait for the array's stream");
+}
+
+std::string type_name(py::handle obj) {
+  py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()));
+  std::string module = py::str(type.attr("__module__"));
+  std::string name = py::str(type.attr("__qualname__"));
+  if (module == "builtins") return name;
+  return module + "." + name;
+}
+
+}  // namespace cudaops::python

@@ -1,0 +1,73 @@
+// Shared pieces of the Python binding: errors, the current-device guard and stream arguments.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "cudaops/status.h"
+
+namespace cudaops::python {
+
+namespace py = pybind11;
+
+/// Raised as cudaops.CudaError (a RuntimeError): the CUDA runtime failed or is unavailable.
+class CudaError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Turns a failed status into the Python exception for its code, with the library's message.
+[[noreturn]] void throw_status(const Status& status);
+
+inline void check(const Status& status) {
+  if (!status.ok()) throw_status(status);
+}
+
+/// Throws CudaError "<context>: <error name>: <description>" unless error is cudaSuccess. The
+/// runtime's sticky last error is cleared first so that a later call does not report it again.
+void check_cuda(cudaError_t error, const std::string& context);
+
+/// Makes `device` current for its lifetime and restores the caller's device afterwards, touching
+/// nothing when it is already current.
+class DeviceGuard {
+ public:
+  DeviceGuard(int device, const char* op);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
+/// A stream given as `stream=`: None (legacy default stream), an int handle, or an object with
+/// __cuda_stream__, .cuda_stream (torch) or .ptr (CuPy).
+struct StreamArg {
+  cudaStream_t handle = cudaStreamLegacy;
+};
+
+StreamArg parse_stream(py::handle obj, const char* op);
+
+/// The integer that names `stream` in the DLPack and __cuda_array_interface__ protocols: 1 for the
+/// legacy default stream, 2 for the per-thread default stream, else the handle.
+int64_t stream_protocol_value(cudaStream_t stream);
+
+/// The stream a protocol integer names (0 and 1: legacy default stream, 2: per-thread default).
+cudaStream_t stream_from_protocol_value(int64_t value);
+
+/// True when a and b are the same stream (0 and the legacy handle are the same stream).
+bool same_stream(cudaStream_t a, cudaStream_t b);
+
+/// Makes `consumer` wait for the work queued so far on `producer` (an event recorded on the
+/// producer, waited on by the consumer). The current device must be the streams' device.
+void order_after(cudaStream_t producer, cudaStream_t consumer, const char* op);
+
+/// "int", "numpy.ndarray", ...: how an object's type is named in messages.
+std::string type_name(py::handle obj);
+
+}  // namespace cudaops::python

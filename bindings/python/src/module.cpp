@@ -1,0 +1,38 @@
+// cudaops._core: the compiled part of the cudaops package.
+#include <pybind11/pybind11.h>
+
+#include "array.h"
+#include "array_import.h"
+#include <cuda_runtime_api.h>
+
+#include "common.h"
+#include "cudaops/version.h"
+#include "ops.h"
+
+namespace py = pybind11;
+using namespace cudaops::python;
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "The compiled part of cudaops: array import, cudaops.Array and the ops.";
+  py::register_exception<CudaError>(m, "CudaError", PyExc_RuntimeError);
+  m.attr("__version__") = cudaops::version_string();
+  m.attr("cuda_architectures") = cudaops::build_cuda_architectures();
+  m.attr("cuda_runtime_version") = cudaops::build_cuda_runtime_version();
+
+  bind_array(m);
+  bind_elementwise(m);
+
+  m.def("_set_fast_paths", &set_fast_paths, py::arg("enabled"),
+        "Read torch tensors and cudaops.Array directly (True, the default) or only through "
+        "DLPack and __cuda_array_interface__ (False).");
+  m.def("_fast_paths", &fast_paths);
+  m.def("device_count", []() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return count;
+  }, "Number of usable CUDA devices; 0 without a GPU or a driver (never raises).");
+  bind_testing(m);
+}

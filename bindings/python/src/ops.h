@@ -1,0 +1,10 @@
+// One binding function per op family, each in ops/<family>.cpp.
+#pragma once
+
+#include "common.h"
+
+namespace cudaops::python {
+
+void bind_elementwise(py::module_& m);
+
+}  // namespace cudaops::python

@@ -1,0 +1,214 @@
+"""cudaops with torch tensors on a GPU: results, kinds, streams, slices, graphs."""
+
+import pytest
+
+import cudaops
+from conftest import requires_gpu
+from gpu_reference import check_close, random_values
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+pytestmark = [requires_gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no GPU")]
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+SIZES = [0, 1, 7, 199, 4097, (1 << 20) + 3]
+
+
+@pytest.fixture(params=[True, False], ids=["direct", "protocol"])
+def path(request):
+    """Each test runs with torch tensors read directly and through DLPack only."""
+    cudaops._core._set_fast_paths(request.param)
+    yield request.param
+    cudaops._core._set_fast_paths(True)
+
+
+def make(rng, shape, dtype, device="cuda"):
+    host = torch.from_numpy(random_values(rng, shape))
+    return host.to(DTYPES[dtype]).to(device)
+
+
+def to64(t):
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_add(path, dtype, n):
+    rng = np.random.default_rng(n)
+    a, b = make(rng, (n,), dtype), make(rng, (n,), dtype)
+    c = cudaops.add(a, b)
+    assert isinstance(c, torch.Tensor)
+    assert c.dtype == a.dtype and c.shape == a.shape and c.device == a.device
+    torch.cuda.synchronize()
+    check_close(to64(c), to64(a) + to64(b), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_out_and_in_place(path, dtype):
+    rng = np.random.default_rng(1)
+    a, b = make(rng, (33, 65), dtype), make(rng, (33, 65), dtype)
+    expected = to64(a) + to64(b)
+    out = torch.full_like(a, float("nan"))
+    assert cudaops.add(a, b, out=out) is out
+    torch.cuda.synchronize()
+    check_close(to64(out), expected, dtype)
+    assert cudaops.add(a, b, out=a) is a
+    torch.cuda.synchronize()
+    check_close(to64(a), expected, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_add_scalar(path, dtype):
+    rng = np.random.default_rng(2)
+    a = make(rng, (1000, 3), dtype)
+    c = cudaops.add_scalar(a, 0.75)
+    torch.cuda.synchronize()
+    check_close(to64(c), to64(a) + 0.75, dtype)
+
+
+def test_sliced_with_byte_offset(path):
+    rng = np.random.default_rng(3)
+    base_a, base_b = make(rng, (1001,), "float16"), make(rng, (1003,), "float16")
+    a, b = base_a[1:], base_b[3:1003]  # offsets of 2 and 6 bytes
+    out_base = torch.full((1005,), float("nan"), dtype=torch.float16, device="cuda")
+    out = out_base[5:]
+    cudaops.add(a, b, out=out)
+    torch.cuda.synchronize()
+    check_close(to64(out), to64(a) + to64(b), "float16")
+    assert torch.isnan(out_base[:5]).all()  # nothing written outside the slice
+    rows = make(rng, (8, 100), "float32")[2:5]  # contiguous rows of a larger matrix
+    check_close(to64(cudaops.add_scalar(rows, 1.0)), to64(rows) + 1.0, "float32")
+
+
+def test_non_contiguous_refused(path):
+    x = torch.ones(8, 8, device="cuda")
+    with pytest.raises(ValueError, match=r"add: a: expected a C-contiguous array"):
+        cudaops.add(x[:, ::2], x[:, ::2])
+    with pytest.raises(ValueError, match=r"C-contiguous"):
+        cudaops.add(x.t(), x)
+
+
+def test_errors(path):
+    x = torch.ones(4, device="cuda")
+    with pytest.raises(ValueError, match=r"CUDA device memory, got one on the CPU"):
+        cudaops.add(torch.ones(4), torch.ones(4))
+    with pytest.raises(TypeError, match=r"dtype float64 is not supported"):
+        cudaops.add(x.double(), x.double())
+    with pytest.raises(TypeError, match=r"dtype int32 is not supported; expected float32"):
+        cudaops.add(x.int(), x.int())
+    with pytest.raises(ValueError, match=r"shape \(5,\) does not match"):
+        cudaops.add(x, torch.ones(5, device="cuda"))
+    with pytest.raises(RuntimeError, match=r"require"):  # torch's own refusal to export
+        cudaops.add(x.requires_grad_(), x)
+
+
+def test_side_stream_with_pending_work(path):
+    """The op must wait for work still queued on torch's current stream."""
+    n = 1 << 22
+    a = torch.zeros(n, device="cuda")
+    b = torch.ones(n, device="cuda")
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # keeps `side` busy for a while
+        a.fill_(2.0)
+        c = cudaops.add(a, b)  # stream=None: the legacy default stream, ordered after `side`
+    torch.cuda.synchronize()
+    assert torch.all(c == 3.0)
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        a.fill_(5.0)
+    out = torch.empty_like(a)
+    cudaops.add(a, b, out=out, stream=side)  # a torch stream object
+    side.synchronize()
+    assert torch.all(out == 6.0)
+
+
+def test_stream_handles(path):
+    s = torch.cuda.Stream()
+    a = torch.ones(1000, device="cuda")
+    for stream in [s, s.cuda_stream, None, 0]:
+        out = torch.zeros_like(a)
+        cudaops.add_scalar(a, 1.0, out=out, stream=stream)
+        torch.cuda.synchronize()
+        assert torch.all(out == 2.0)
+
+
+def test_result_is_usable_on_another_stream(path):
+    s = torch.cuda.Stream()
+    a = torch.ones(1 << 20, device="cuda")
+    with torch.cuda.stream(s):
+        c = cudaops.add_scalar(a, 1.0, stream=s)
+        d = c * 2  # torch imported c on `s`
+    s.synchronize()
+    assert torch.all(d == 4.0)
+
+
+def test_graph_capture(path):
+    a = torch.ones(4097, device="cuda")
+    b = torch.full_like(a, 2.0)
+    out = torch.zeros_like(a)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        cudaops.add(a, b, out=out, stream=s)  # warm-up outside capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cudaops.add(a, b, out=out, stream=torch.cuda.current_stream())
+    out.zero_()
+    b.fill_(5.0)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.all(out == 6.0)
+
+
+def test_current_device_is_restored(path):
+    before = torch.cuda.current_device()
+    cudaops.add(torch.ones(4, device="cuda"), torch.ones(4, device="cuda"))
+    assert torch.cuda.current_device() == before
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_other_device(path):
+    torch.cuda.set_device(0)
+    a = torch.ones(10, device="cuda:1")
+    c = cudaops.add(a, a)
+    assert c.device == a.device and torch.cuda.current_device() == 0
+    assert torch.all(c == 2)
+    with pytest.raises(ValueError, match=r"all arrays must be on one device"):
+        cudaops.add(a, torch.ones(10, device="cuda:0"))
+
+
+def test_array_round_trip():
+    arr = cudaops.Array((3, 5), "bfloat16")
+    assert arr.shape == (3, 5) and arr.dtype == "bfloat16" and arr.nbytes == 30
+    assert arr.__dlpack_device__() == (2, torch.cuda.current_device())
+    t = torch.from_dlpack(arr)  # zero-copy view of the same memory
+    assert t.data_ptr() == arr.ptr and t.dtype == torch.bfloat16
+    t.fill_(1.5)
+    r = cudaops.add(arr, arr)
+    assert isinstance(r, cudaops.Array)
+    assert torch.all(torch.from_dlpack(r) == 3.0)
+    with pytest.raises(AttributeError, match="bfloat16 has no __cuda_array_interface__"):
+        arr.__cuda_array_interface__
+    f = cudaops.Array((4,), "float32")
+    cai = f.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["typestr"] == "<f4" and cai["data"][0] == f.ptr
+
+
+def test_huge_array():
+    """More than 2^31 elements (float16: 4 GiB per array)."""
+    n = (1 << 31) + 5
+    free, _ = torch.cuda.mem_get_info()
+    if free < 3 * 2 * n + (1 << 30):
+        pytest.skip("not enough GPU memory")
+    a = torch.ones(n, dtype=torch.float16, device="cuda")
+    a[-7:] = 3.0
+    c = cudaops.add_scalar(a, 1.0, out=a)
+    torch.cuda.synchronize()
+    assert c is a
+    assert float(a[0]) == 2.0 and float(a[-1]) == 4.0 and float(a[(1 << 31) - 1]) == 2.0
+    assert int((a == 2.0).sum()) == n - 7

@@ -1,0 +1,43 @@
+"""The package itself: import, version, what it exposes. No GPU needed."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import cudaops
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def cmake_version():
+    text = (ROOT / "CMakeLists.txt").read_text()
+    return re.search(r"project\(\s*cudaops\s+VERSION\s+([0-9.]+)", text).group(1)
+
+
+def test_version_comes_from_cmake():
+    assert cudaops.__version__ == cmake_version()
+
+
+def test_public_names():
+    for name in ["add", "add_scalar", "Array", "CudaError", "__version__"]:
+        assert hasattr(cudaops, name), name
+    assert issubclass(cudaops.CudaError, RuntimeError)
+
+
+def test_import_pulls_in_no_framework():
+    code = ("import sys, cudaops; "
+            "print(sorted(m for m in ('torch', 'cupy', 'jax', 'numba', 'numpy') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    assert out == "[]"
+
+
+def test_build_info():
+    assert cudaops.cuda_runtime_version >= 12000
+    assert cudaops.cuda_architectures
+
+
+def test_device_count_never_raises():
+    assert cudaops.device_count() >= 0
