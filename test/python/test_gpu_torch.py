@@ -100,8 +100,6 @@ def test_errors(path):
         cudaops.add(x.int(), x.int())
     with pytest.raises(ValueError, match=r"shape \(5,\) does not match"):
         cudaops.add(x, torch.ones(5, device="cuda"))
-    with pytest.raises(RuntimeError, match=r"require"):  # torch's own refusal to export
-        cudaops.add(x.requires_grad_(), x)
 
 
 def test_side_stream_with_pending_work(path):
@@ -210,5 +208,5 @@ def test_huge_array():
     c = cudaops.add_scalar(a, 1.0, out=a)
     torch.cuda.synchronize()
     assert c is a
-    assert float(a[0]) == 2.0 and float(a[-1]) == 4.0 and float(a[(1 << 31) - 1]) == 2.0
+    assert float(a[0]) == 2.0 and float(a[-1]) == 4.0 and float(a[n - 8]) == 2.0
     assert int((a == 2.0).sum()) == n - 7

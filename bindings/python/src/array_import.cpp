@@ -204,13 +204,31 @@ bool is_plain_torch_tensor(py::handle obj) {
 // strided CUDA tensor of a supported dtype, so that the protocol path reports it.
 bool read_torch_tensor(py::handle obj, ArrayView& view, Access access) {
   TorchHooks* h = torch_hooks();
-  py::object is_cuda = obj.attr("is_cuda");
-  if (is_cuda.ptr() != Py_True) return false;
-  if (obj.attr("layout").ptr() != h->strided) return false;
-  // torch refuses to export a tensor that requires grad; so do we, with torch's own message.
   (void)access;
-  if (obj.attr("requires_grad").ptr() == Py_True) return false;
-  py::object dtype = obj.attr("dtype");
+  // Interned names: each lookup is then a pointer-keyed one.
+  static PyObject* const is_cuda_name = PyUnicode_InternFromString("is_cuda");
+  static PyObject* const layout_name = PyUnicode_InternFromString("layout");
+  static PyObject* const requires_grad_name = PyUnicode_InternFromString("requires_grad");
+  static PyObject* const dtype_name_ = PyUnicode_InternFromString("dtype");
+  static PyObject* const shape_name = PyUnicode_InternFromString("shape");
+  static PyObject* const stride_name = PyUnicode_InternFromString("stride");
+  static PyObject* const data_ptr_name = PyUnicode_InternFromString("data_ptr");
+  static PyObject* const get_device_name = PyUnicode_InternFromString("get_device");
+  auto get = [&](PyObject* name) {
+    PyObject* value = PyObject_GetAttr(obj.ptr(), name);
+    if (value == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(value);
+  };
+  auto call = [&](PyObject* name) {
+    PyObject* value = PyObject_CallMethodNoArgs(obj.ptr(), name);
+    if (value == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(value);
+  };
+  if (get(is_cuda_name).ptr() != Py_True) return false;
+  if (get(layout_name).ptr() != h->strided) return false;
+  // torch refuses to export a tensor that requires grad; the protocol path reports it.
+  if (get(requires_grad_name).ptr() == Py_True) return false;
+  py::object dtype = get(dtype_name_);
   const DType map[5] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
                         DType::kInt64};
   int found = -1;
@@ -219,10 +237,11 @@ bool read_torch_tensor(py::handle obj, ArrayView& view, Access access) {
   }
   if (found < 0) return false;
   view.dtype = map[found];
-  py::object shape = obj.attr("shape");
-  py::object strides = obj.attr("stride")();
+  py::object shape = get(shape_name);
+  py::object strides = call(stride_name);
+  if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(strides.ptr())) return false;
   const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
-  if (!PyTuple_Check(strides.ptr()) || PyTuple_GET_SIZE(strides.ptr()) != ndim) return false;
+  if (PyTuple_GET_SIZE(strides.ptr()) != ndim) return false;
   view.shape.resize(ndim);
   view.strides.resize(ndim);
   for (Py_ssize_t i = 0; i < ndim; ++i) {
@@ -231,8 +250,8 @@ bool read_torch_tensor(py::handle obj, ArrayView& view, Access access) {
   }
   if (PyErr_Occurred()) throw py::error_already_set();
   view.data = reinterpret_cast<void*>(
-      static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(obj.attr("data_ptr")().ptr())));
-  view.device = static_cast<int>(PyLong_AsLong(obj.attr("get_device")().ptr()));
+      static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(call(data_ptr_name).ptr())));
+  view.device = static_cast<int>(PyLong_AsLong(call(get_device_name).ptr()));
   if (PyErr_Occurred()) throw py::error_already_set();
   view.wait_torch_stream = true;
   view.protocol = "torch";
@@ -249,6 +268,93 @@ cudaStream_t torch_current_stream(int device) {
         "cuda_stream");
   }
   return reinterpret_cast<cudaStream_t>(static_cast<intptr_t>(value.cast<int64_t>()));
+}
+
+// The type's DLPack C exchange API, or null. Cached per type; cached types are kept alive so
+// that a cached address is never reused by another type.
+const dl::ExchangeAPI* exchange_api_of(py::handle obj) {
+  struct Entry {
+    PyTypeObject* type;
+    const dl::ExchangeAPI* api;
+  };
+  static Entry cache[16];
+  static int used = 0;
+  PyTypeObject* type = Py_TYPE(obj.ptr());
+  for (int i = 0; i < used; ++i) {
+    if (cache[i].type == type) return cache[i].api;
+  }
+  const dl::ExchangeAPI* api = nullptr;
+  PyObject* t = reinterpret_cast<PyObject*>(type);
+  if (PyObject* capsule = PyObject_GetAttrString(t, "__dlpack_c_exchange_api__")) {
+    if (PyCapsule_IsValid(capsule, dl::kExchangeAPICapsule)) {
+      api = static_cast<const dl::ExchangeAPI*>(
+          PyCapsule_GetPointer(capsule, dl::kExchangeAPICapsule));
+    }
+    Py_DECREF(capsule);
+  } else if (PyObject* address = (PyErr_Clear(), PyObject_GetAttrString(t, "__c_dlpack_exchange_api__"))) {
+    if (PyLong_Check(address)) api = static_cast<const dl::ExchangeAPI*>(PyLong_AsVoidPtr(address));
+    Py_DECREF(address);
+  }
+  PyErr_Clear();
+  // A newer major version keeps older tables on a chain.
+  const dl::ExchangeAPIHeader* header = api != nullptr ? &api->header : nullptr;
+  while (header != nullptr && header->version.major > dl::kMajorVersion) header = header->prev_api;
+  api = header != nullptr && header->version.major == dl::kMajorVersion
+            ? reinterpret_cast<const dl::ExchangeAPI*>(header)
+            : nullptr;
+  if (api != nullptr && (api->managed_tensor_from_py_object_no_sync == nullptr ||
+                         api->current_work_stream == nullptr)) {
+    api = nullptr;
+  }
+  if (used < 16) {
+    Py_INCREF(t);
+    cache[used++] = {type, api};
+  }
+  return api;
+}
+
+void fill_from_tensor(ArrayView& view, const dl::Tensor& tensor, const char* op) {
+  const std::string& name = view.name;
+  require_cuda_device_type(tensor.device.device_type, op, name);
+  view.device = tensor.device.device_id;
+  view.dtype = dtype_from_dl(tensor.dtype, op, name);
+  if (tensor.ndim < 0 || (tensor.ndim > 0 && tensor.shape == nullptr)) {
+    throw py::value_error(prefix(op, name) + "DLPack tensor with an invalid shape");
+  }
+  view.shape.assign(tensor.shape, tensor.shape + tensor.ndim);
+  if (tensor.strides == nullptr) {
+    view.strides = contiguous_strides(view.shape);
+  } else {
+    view.strides.assign(tensor.strides, tensor.strides + tensor.ndim);
+  }
+  view.data = static_cast<char*>(tensor.data) + tensor.byte_offset;
+}
+
+// Imports through the C exchange API; false (and no Python error) when the producer declines, so
+// that the Python protocol reports why.
+bool import_exchange(py::handle obj, const dl::ExchangeAPI* api, ArrayView& view, Access access,
+                     const char* op) {
+  if (access == Access::kRead && api->dltensor_from_py_object_no_sync != nullptr) {
+    dl::Tensor tensor{};
+    if (api->dltensor_from_py_object_no_sync(obj.ptr(), &tensor) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    // The DLTensor is valid until control returns to Python: everything is copied out here.
+    fill_from_tensor(view, tensor, op);
+  } else {
+    dl::ManagedTensorVersioned* managed = nullptr;
+    if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &managed) != 0 || managed == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    view.versioned = managed;
+    view.readonly = (managed->flags & dl::kFlagReadOnly) != 0;
+    fill_from_tensor(view, managed->dl_tensor, op);
+  }
+  view.exchange_api = api;
+  view.protocol = "DLPack C exchange API";
+  return true;
 }
 
 void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, const char* op) {
@@ -298,19 +404,7 @@ void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, const c
                          "\"dltensor_versioned\" capsule, got " +
                          type_name(capsule));
   }
-  require_cuda_device_type(tensor->device.device_type, op, name);
-  view.device = tensor->device.device_id;
-  view.dtype = dtype_from_dl(tensor->dtype, op, name);
-  if (tensor->ndim < 0 || (tensor->ndim > 0 && tensor->shape == nullptr)) {
-    throw py::value_error(prefix(op, name) + "DLPack tensor with an invalid shape");
-  }
-  view.shape.assign(tensor->shape, tensor->shape + tensor->ndim);
-  if (tensor->strides == nullptr) {
-    view.strides = contiguous_strides(view.shape);
-  } else {
-    view.strides.assign(tensor->strides, tensor->strides + tensor->ndim);
-  }
-  view.data = static_cast<char*>(tensor->data) + tensor->byte_offset;
+  fill_from_tensor(view, *tensor, op);
   view.protocol = view.versioned != nullptr ? "DLPack" : "DLPack (legacy)";
 }
 
@@ -406,6 +500,7 @@ ArrayView& ArrayView::operator=(ArrayView&& other) noexcept {
     wait_cai_stream = other.wait_cai_stream;
     cai_stream = other.cai_stream;
     wait_torch_stream = other.wait_torch_stream;
+    exchange_api = other.exchange_api;
     source_array = other.source_array;
     legacy = std::exchange(other.legacy, nullptr);
     versioned = std::exchange(other.versioned, nullptr);
@@ -450,6 +545,8 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
       view.source_array = &array;
       view.protocol = "cudaops.Array";
       done = true;
+    } else if (const dl::ExchangeAPI* api = exchange_api_of(obj)) {
+      done = import_exchange(obj, api, view, access, op_);
     } else if (is_plain_torch_tensor(obj)) {
       done = read_torch_tensor(obj, view, access);
     }
@@ -573,9 +670,20 @@ int CallContext::prepare(std::initializer_list<const ArrayView*> arrays) {
   guard_.emplace(device, op_);
   device_ = device;
   bool torch_done = false;
+  const dl::ExchangeAPI* api_done = nullptr;
   for (const ArrayView* view : arrays) {
     if (view == nullptr || view->size == 0) continue;
     if (view->wait_cai_stream) order_after(view->cai_stream, stream_.handle, op_);
+    if (view->exchange_api != nullptr && view->exchange_api != api_done) {
+      // What __dlpack__(stream=) would have done: the op's stream waits for the producer's
+      // current stream.
+      void* current = nullptr;
+      if (view->exchange_api->current_work_stream(dl::kCUDA, device, &current) != 0) {
+        throw py::error_already_set();
+      }
+      order_after(static_cast<cudaStream_t>(current), stream_.handle, op_);
+      api_done = view->exchange_api;
+    }
     if (view->wait_torch_stream && !torch_done) {
       order_after(torch_current_stream(device), stream_.handle, op_);
       torch_done = true;

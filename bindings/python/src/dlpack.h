@@ -87,3 +87,26 @@ constexpr const char* kCapsuleVersioned = "dltensor_versioned";
 constexpr const char* kCapsuleVersionedUsed = "used_dltensor_versioned";
 
 }  // namespace cudaops::python::dl
+
+namespace cudaops::python::dl {
+
+// The C exchange API (DLPack 1.2+): a table of functions on the array's type that converts an
+// array without going through Python, published as type.__dlpack_c_exchange_api__ (a capsule
+// named "dlpack_exchange_api") or, in its first form, type.__c_dlpack_exchange_api__ (an int).
+struct ExchangeAPIHeader {
+  PackVersion version;
+  ExchangeAPIHeader* prev_api;
+};
+
+struct ExchangeAPI {
+  ExchangeAPIHeader header;
+  void* managed_tensor_allocator;
+  int (*managed_tensor_from_py_object_no_sync)(void* py_object, ManagedTensorVersioned** out);
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, Tensor* out);  // may be null
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
+};
+
+constexpr const char* kExchangeAPICapsule = "dlpack_exchange_api";
+
+}  // namespace cudaops::python::dl
