@@ -89,3 +89,12 @@ def has_gpu():
 
 
 requires_gpu = pytest.mark.skipif(not has_gpu(), reason="no CUDA device")
+
+
+@pytest.fixture(params=[True, False], ids=["direct", "protocol"])
+def path(request):
+    """Runs a test twice: arrays read directly (DLPack C exchange API, torch and CuPy attributes)
+    and through the Python protocols only (__dlpack__, __cuda_array_interface__)."""
+    cudaops._core._set_fast_paths(request.param)
+    yield request.param
+    cudaops._core._set_fast_paths(True)

@@ -35,7 +35,7 @@ def cupy():
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("n", SIZES)
-def test_cupy_add(cupy, dtype, n):
+def test_cupy_add(cupy, path, dtype, n):
     rng = np.random.default_rng(n)
     a_h = random_values(rng, (n,)).astype(dtype)
     b_h = random_values(rng, (n,)).astype(dtype)
@@ -46,6 +46,21 @@ def test_cupy_add(cupy, dtype, n):
     out = cupy.full_like(a, np.nan)
     assert cudaops.add_scalar(a, -1.25, out=out) is out
     check_close(cupy.asnumpy(out), a_h.astype(np.float64) - 1.25, dtype)
+
+
+def test_cupy_stream_with_pending_work(cupy, path):
+    """The op must wait for work still queued on CuPy's current stream."""
+    n = 1 << 22
+    s = cupy.cuda.Stream(non_blocking=True)
+    a = cupy.zeros(n, dtype=cupy.float32)
+    cupy.cuda.runtime.deviceSynchronize()
+    with s:
+        cupy.cuda.runtime.deviceSynchronize()
+        for _ in range(20):  # enough queued work to still be running at the call
+            a += 0.125
+        c = cudaops.add_scalar(a, 1.0)  # stream=None: ordered after CuPy's current stream
+    cupy.cuda.runtime.deviceSynchronize()
+    assert bool((c == 3.5).all())
 
 
 def test_cupy_cai_and_stream(cupy):
@@ -61,7 +76,7 @@ def test_cupy_cai_and_stream(cupy):
     check_close(cupy.asnumpy(out), 2.0 * a_h.astype(np.float64), "float32")
 
 
-def test_cupy_sliced_and_in_place(cupy):
+def test_cupy_sliced_and_in_place(cupy, path):
     base = cupy.arange(1, 2001, dtype=cupy.float32)
     a = base[3:]
     cudaops.add(a, a, out=a)
@@ -141,7 +156,13 @@ def test_numba_stream(numba_cuda):
     a_h = np.linspace(1, 2, 5000, dtype=np.float32)
     a = numba_cuda.to_device(a_h, stream=s)
     out = numba_cuda.device_array_like(a, stream=s)
-    cudaops.add_scalar(a, 1.0, out=out, stream=s.handle.value)
+    # The stream object itself where it speaks __cuda_stream__, else its raw handle.
+    if hasattr(s, "__cuda_stream__"):
+        stream = s
+    else:
+        handle = s.handle
+        stream = handle.value if hasattr(handle, "value") else int(handle)
+    cudaops.add_scalar(a, 1.0, out=out, stream=stream)
     s.synchronize()
     check_close(out.copy_to_host(), a_h.astype(np.float64) + 1.0, "float32")
 

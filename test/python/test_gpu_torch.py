@@ -16,14 +16,6 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 SIZES = [0, 1, 7, 199, 4097, (1 << 20) + 3]
 
 
-@pytest.fixture(params=[True, False], ids=["direct", "protocol"])
-def path(request):
-    """Each test runs with torch tensors read directly and through DLPack only."""
-    cudaops._core._set_fast_paths(request.param)
-    yield request.param
-    cudaops._core._set_fast_paths(True)
-
-
 def make(rng, shape, dtype, device="cuda"):
     host = torch.from_numpy(random_values(rng, shape))
     return host.to(DTYPES[dtype]).to(device)

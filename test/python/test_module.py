@@ -2,8 +2,11 @@
 
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 import cudaops
 
@@ -41,3 +44,12 @@ def test_build_info():
 
 def test_device_count_never_raises():
     assert cudaops.device_count() >= 0
+
+
+def test_module_links_neither_cudart_nor_a_framework():
+    if shutil.which("ldd") is None:
+        pytest.skip("no ldd")
+    text = subprocess.run(["ldd", cudaops._core.__file__], check=True, capture_output=True,
+                          text=True).stdout
+    for name in ["libcudart", "libtorch", "libc10", "libcuda.so"]:
+        assert name not in text, text

@@ -258,6 +258,103 @@ bool read_torch_tensor(py::handle obj, ArrayView& view, Access access) {
   return true;
 }
 
+// Direct reads of CuPy arrays (whose __dlpack__ and __cuda_array_interface__ cost several
+// microseconds each): public attributes only; the stream ordering __dlpack__ would do is done in
+// prepare(), after cupy.cuda.get_current_stream().
+struct CupyHooks {
+  PyObject* ndarray_type = nullptr;
+  PyObject* dtypes[5] = {};  // numpy's dtype singletons: float32, float16, (none), int32, int64
+  PyObject* int64_alt = nullptr;  // 'q', the other spelling of int64
+  PyObject* current_stream = nullptr;  // cupy.cuda.get_current_stream
+};
+
+CupyHooks* cupy_hooks() {
+  static CupyHooks* hooks = nullptr;
+  static bool failed = false;
+  if (hooks != nullptr || failed) return hooks;
+  PyObject* modules = PySys_GetObject("modules");
+  if (modules == nullptr) return nullptr;
+  PyObject* cupy = PyDict_GetItemString(modules, "cupy");
+  PyObject* numpy = PyDict_GetItemString(modules, "numpy");
+  if (cupy == nullptr || numpy == nullptr) return nullptr;
+  try {
+    py::handle cp(cupy);
+    py::handle np(numpy);
+    auto* h = new CupyHooks();
+    auto keep = [](py::object o) { return o.release().ptr(); };
+    h->ndarray_type = keep(cp.attr("ndarray"));
+    py::object dtype = np.attr("dtype");
+    h->dtypes[0] = keep(dtype("float32"));
+    h->dtypes[1] = keep(dtype("float16"));
+    h->dtypes[3] = keep(dtype("int32"));
+    h->dtypes[4] = keep(dtype("int64"));
+    h->int64_alt = keep(dtype("q"));
+    h->current_stream = keep(cp.attr("cuda").attr("get_current_stream"));
+    hooks = h;
+  } catch (py::error_already_set&) {
+    failed = true;
+  }
+  return hooks;
+}
+
+bool is_cupy_ndarray(py::handle obj) {
+  CupyHooks* h = cupy_hooks();
+  return h != nullptr && reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())) == h->ndarray_type;
+}
+
+bool read_cupy_array(py::handle obj, ArrayView& view) {
+  CupyHooks* h = cupy_hooks();
+  static PyObject* const data_name = PyUnicode_InternFromString("data");
+  static PyObject* const ptr_name = PyUnicode_InternFromString("ptr");
+  static PyObject* const device_id_name = PyUnicode_InternFromString("device_id");
+  static PyObject* const dtype_name_ = PyUnicode_InternFromString("dtype");
+  static PyObject* const shape_name = PyUnicode_InternFromString("shape");
+  static PyObject* const strides_name = PyUnicode_InternFromString("strides");
+  auto get = [](py::handle o, PyObject* name) {
+    PyObject* value = PyObject_GetAttr(o.ptr(), name);
+    if (value == nullptr) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(value);
+  };
+  py::object dtype = get(obj, dtype_name_);
+  int found = -1;
+  for (int i = 0; i < 5; ++i) {
+    if (h->dtypes[i] != nullptr && dtype.ptr() == h->dtypes[i]) found = i;
+  }
+  if (dtype.ptr() == h->int64_alt) found = 4;
+  if (found < 0) return false;
+  const DType map[5] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                        DType::kInt64};
+  view.dtype = map[found];
+  py::object shape = get(obj, shape_name);
+  py::object strides = get(obj, strides_name);
+  if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(strides.ptr())) return false;
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
+  if (PyTuple_GET_SIZE(strides.ptr()) != ndim) return false;
+  const int64_t item = dtype_size(view.dtype);
+  view.shape.resize(ndim);
+  view.strides.resize(ndim);
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    view.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+    const long long bytes = PyLong_AsLongLong(PyTuple_GET_ITEM(strides.ptr(), i));
+    if (bytes % item != 0) return false;  // the protocol path explains it
+    view.strides[i] = bytes / item;
+  }
+  if (PyErr_Occurred()) throw py::error_already_set();
+  py::object memory = get(obj, data_name);
+  view.data = reinterpret_cast<void*>(
+      static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(get(memory, ptr_name).ptr())));
+  view.device = static_cast<int>(PyLong_AsLong(get(memory, device_id_name).ptr()));
+  if (PyErr_Occurred()) throw py::error_already_set();
+  view.wait_cupy_stream = true;
+  view.protocol = "cupy";
+  return true;
+}
+
+cudaStream_t cupy_current_stream() {
+  py::object stream = py::reinterpret_borrow<py::object>(cupy_hooks()->current_stream)();
+  return reinterpret_cast<cudaStream_t>(static_cast<intptr_t>(stream.attr("ptr").cast<int64_t>()));
+}
+
 cudaStream_t torch_current_stream(int device) {
   TorchHooks* h = torch_hooks();
   py::object value;
@@ -500,6 +597,7 @@ ArrayView& ArrayView::operator=(ArrayView&& other) noexcept {
     wait_cai_stream = other.wait_cai_stream;
     cai_stream = other.cai_stream;
     wait_torch_stream = other.wait_torch_stream;
+    wait_cupy_stream = other.wait_cupy_stream;
     exchange_api = other.exchange_api;
     source_array = other.source_array;
     legacy = std::exchange(other.legacy, nullptr);
@@ -549,6 +647,8 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
       done = import_exchange(obj, api, view, access, op_);
     } else if (is_plain_torch_tensor(obj)) {
       done = read_torch_tensor(obj, view, access);
+    } else if (is_cupy_ndarray(obj)) {
+      done = read_cupy_array(obj, view);
     }
   }
   if (!done && access == Access::kWrite) {
@@ -670,6 +770,7 @@ int CallContext::prepare(std::initializer_list<const ArrayView*> arrays) {
   guard_.emplace(device, op_);
   device_ = device;
   bool torch_done = false;
+  bool cupy_done = false;
   const dl::ExchangeAPI* api_done = nullptr;
   for (const ArrayView* view : arrays) {
     if (view == nullptr || view->size == 0) continue;
@@ -687,6 +788,11 @@ int CallContext::prepare(std::initializer_list<const ArrayView*> arrays) {
     if (view->wait_torch_stream && !torch_done) {
       order_after(torch_current_stream(device), stream_.handle, op_);
       torch_done = true;
+    }
+    if (view->wait_cupy_stream && !cupy_done) {
+      // CuPy's current stream is per device; the guard made the arrays' device current.
+      order_after(cupy_current_stream(), stream_.handle, op_);
+      cupy_done = true;
     }
     if (view->source_array != nullptr) view->source_array->order_before(stream_.handle);
   }

@@ -45,6 +45,7 @@ class ArrayView {
   bool wait_cai_stream = false;    // __cuda_array_interface__ v3 "stream"
   cudaStream_t cai_stream = nullptr;
   bool wait_torch_stream = false;  // torch's current stream on `device`
+  bool wait_cupy_stream = false;   // CuPy's current stream on `device`
   const dl::ExchangeAPI* exchange_api = nullptr;  // its current_work_stream on `device`
   const Array* source_array = nullptr;  // a cudaops.Array read directly
 
