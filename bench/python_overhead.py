@@ -99,6 +99,9 @@ def main():
         return 0
     print(f"Per-call time on {args.n}-element float32 arrays (median of {args.repeats} loops of "
           f"{args.calls} calls)\n")
+    if torch is not None:
+        print(f"torch {torch.__version__} publishes the DLPack C exchange API: "
+              f"{hasattr(torch.Tensor, '__dlpack_c_exchange_api__')}\n")
     print("| call | us per call | x torch.add |")
     print("|---|---:|---:|")
     for what, t in rows:
