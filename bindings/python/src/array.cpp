@@ -161,8 +161,8 @@ const char* typestr(DType dtype) {
   return nullptr;
 }
 
-py::object dlpack(py::object self, py::object stream, py::object max_version,
-                  py::object dl_device, py::object copy) {
+py::object dlpack(py::object self, py::object stream, py::object max_version, py::object dl_device,
+                  py::object copy) {
   const Array& array = self.cast<const Array&>();
   if (!dl_device.is_none()) {
     auto requested = dl_device.cast<std::pair<int, int>>();
@@ -242,7 +242,8 @@ py::dict cuda_array_interface(const Array& array) {
   }
   py::dict cai;
   py::tuple shape(array.shape().size());
-  for (size_t i = 0; i < array.shape().size(); ++i) shape[i] = array.shape()[i];
+  for (size_t i = 0; i < array.shape().size(); ++i)
+    shape[i] = array.shape()[i];
   cai["shape"] = shape;
   cai["typestr"] = type;
   cai["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(array.data()), false);
@@ -303,17 +304,20 @@ for example to pass as out=.
       .def_property_readonly("shape",
                              [](const Array& a) {
                                py::tuple shape(a.shape().size());
-                               for (size_t i = 0; i < a.shape().size(); ++i) shape[i] = a.shape()[i];
+                               for (size_t i = 0; i < a.shape().size(); ++i)
+                                 shape[i] = a.shape()[i];
                                return shape;
                              })
-      .def_property_readonly("dtype", [](const Array& a) { return dtype_name(a.dtype()); },
-                             "The dtype's name: float32, float16, bfloat16, int32 or int64.")
+      .def_property_readonly(
+          "dtype", [](const Array& a) { return dtype_name(a.dtype()); },
+          "The dtype's name: float32, float16, bfloat16, int32 or int64.")
       .def_property_readonly("device", &Array::device, "The CUDA device ordinal.")
       .def_property_readonly("ndim", [](const Array& a) { return a.shape().size(); })
       .def_property_readonly("size", &Array::size)
       .def_property_readonly("nbytes", &Array::nbytes)
-      .def_property_readonly("ptr", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); },
-                             "The device address of the first element.")
+      .def_property_readonly(
+          "ptr", [](const Array& a) { return reinterpret_cast<uintptr_t>(a.data()); },
+          "The device address of the first element.")
       .def("__len__",
            [](const Array& a) {
              if (a.shape().empty()) throw py::type_error("len() of a 0-d cudaops.Array");

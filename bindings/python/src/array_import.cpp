@@ -21,7 +21,8 @@ std::string prefix(const char* op, const std::string& name) {
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::ostringstream text;
   text << "(";
-  for (size_t i = 0; i < shape.size(); ++i) text << (i ? ", " : "") << shape[i];
+  for (size_t i = 0; i < shape.size(); ++i)
+    text << (i ? ", " : "") << shape[i];
   if (shape.size() == 1) text << ",";
   text << ")";
   return text.str();
@@ -147,7 +148,8 @@ std::vector<int64_t> int_tuple(py::handle value, const char* op, const std::stri
                          type_name(value));
   }
   std::vector<int64_t> result;
-  for (py::handle item : value) result.push_back(as_int(item, op, name, what));
+  for (py::handle item : value)
+    result.push_back(as_int(item, op, name, what));
   return result;
 }
 
@@ -179,7 +181,8 @@ TorchHooks* torch_hooks() {
     h->parameter_type = keep(t.attr("nn").attr("Parameter"));
     h->strided = keep(t.attr("strided"));
     const char* names[5] = {"float32", "float16", "bfloat16", "int32", "int64"};
-    for (int i = 0; i < 5; ++i) h->dtypes[i] = keep(t.attr(names[i]));
+    for (int i = 0; i < 5; ++i)
+      h->dtypes[i] = keep(t.attr(names[i]));
     h->cuda = keep(t.attr("cuda"));
     py::object c = t.attr("_C");
     if (py::hasattr(c, "_cuda_getCurrentRawStream")) {
@@ -264,7 +267,7 @@ bool read_torch_tensor(py::handle obj, ArrayView& view, Access access) {
 struct CupyHooks {
   PyObject* ndarray_type = nullptr;
   PyObject* dtypes[5] = {};  // numpy's dtype singletons: float32, float16, (none), int32, int64
-  PyObject* int64_alt = nullptr;  // 'q', the other spelling of int64
+  PyObject* int64_alt = nullptr;       // 'q', the other spelling of int64
   PyObject* current_stream = nullptr;  // cupy.cuda.get_current_stream
 };
 
@@ -388,14 +391,16 @@ const dl::ExchangeAPI* exchange_api_of(py::handle obj) {
           PyCapsule_GetPointer(capsule, dl::kExchangeAPICapsule));
     }
     Py_DECREF(capsule);
-  } else if (PyObject* address = (PyErr_Clear(), PyObject_GetAttrString(t, "__c_dlpack_exchange_api__"))) {
+  } else if (PyObject* address =
+                 (PyErr_Clear(), PyObject_GetAttrString(t, "__c_dlpack_exchange_api__"))) {
     if (PyLong_Check(address)) api = static_cast<const dl::ExchangeAPI*>(PyLong_AsVoidPtr(address));
     Py_DECREF(address);
   }
   PyErr_Clear();
   // A newer major version keeps older tables on a chain.
   const dl::ExchangeAPIHeader* header = api != nullptr ? &api->header : nullptr;
-  while (header != nullptr && header->version.major > dl::kMajorVersion) header = header->prev_api;
+  while (header != nullptr && header->version.major > dl::kMajorVersion)
+    header = header->prev_api;
   api = header != nullptr && header->version.major == dl::kMajorVersion
             ? reinterpret_cast<const dl::ExchangeAPI*>(header)
             : nullptr;
@@ -441,7 +446,8 @@ bool import_exchange(py::handle obj, const dl::ExchangeAPI* api, ArrayView& view
     fill_from_tensor(view, tensor, op);
   } else {
     dl::ManagedTensorVersioned* managed = nullptr;
-    if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &managed) != 0 || managed == nullptr) {
+    if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &managed) != 0 ||
+        managed == nullptr) {
       PyErr_Clear();
       return false;
     }
@@ -483,10 +489,9 @@ void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, const c
     if (PyCapsule_SetName(cap, dl::kCapsuleVersionedUsed) != 0) throw py::error_already_set();
     view.versioned = managed;  // released by the view from here on
     if (managed->version.major != dl::kMajorVersion) {
-      throw py::value_error(prefix(op, name) + "DLPack version " +
-                            std::to_string(managed->version.major) + "." +
-                            std::to_string(managed->version.minor) +
-                            " is not supported (expected major version 1)");
+      throw py::value_error(
+          prefix(op, name) + "DLPack version " + std::to_string(managed->version.major) + "." +
+          std::to_string(managed->version.minor) + " is not supported (expected major version 1)");
     }
     view.readonly = (managed->flags & dl::kFlagReadOnly) != 0;
     tensor = &managed->dl_tensor;
@@ -580,7 +585,9 @@ void import_cai(py::handle obj, ArrayView& view, const char* op) {
 
 // ---------------------------------------------------------------------------------------------
 
-ArrayView::ArrayView(ArrayView&& other) noexcept { *this = std::move(other); }
+ArrayView::ArrayView(ArrayView&& other) noexcept {
+  *this = std::move(other);
+}
 
 ArrayView& ArrayView::operator=(ArrayView&& other) noexcept {
   if (this != &other) {
@@ -606,7 +613,9 @@ ArrayView& ArrayView::operator=(ArrayView&& other) noexcept {
   return *this;
 }
 
-ArrayView::~ArrayView() { release(); }
+ArrayView::~ArrayView() {
+  release();
+}
 
 void ArrayView::release() noexcept {
   if (legacy != nullptr && legacy->deleter != nullptr) legacy->deleter(legacy);
@@ -684,8 +693,8 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
                           dtype_name(view.dtype) + " elements");
   }
   if (view.size > 0 && view.data == nullptr) {
-    throw py::value_error(prefix(op_, name) + "null data pointer for " +
-                          std::to_string(view.size) + " elements");
+    throw py::value_error(prefix(op_, name) + "null data pointer for " + std::to_string(view.size) +
+                          " elements");
   }
   return view;
 }
@@ -835,8 +844,12 @@ py::object as_kind_of(py::object array, py::handle like) {
   return array;
 }
 
-void set_fast_paths(bool enabled) { g_fast_paths.store(enabled); }
-bool fast_paths() { return g_fast_paths.load(); }
+void set_fast_paths(bool enabled) {
+  g_fast_paths.store(enabled);
+}
+bool fast_paths() {
+  return g_fast_paths.load();
+}
 
 DType parse_dtype_arg(py::handle obj, const char* op) {
   std::string text;
@@ -931,12 +944,13 @@ void bind_testing(py::module_& m) {
         if (capsule == nullptr) throw py::error_already_set();
         return py::reinterpret_steal<py::object>(capsule);
       },
-      py::arg("ptr"), py::arg("shape"), py::arg("strides") = py::none(),
-      py::arg("type_code") = 2, py::arg("bits") = 32, py::arg("lanes") = 1,
-      py::arg("device_type") = 2, py::arg("device_id") = 0, py::arg("byte_offset") = 0,
-      py::arg("versioned") = true, py::arg("readonly") = false, py::arg("major") = 1);
-  t.def("deleter_calls", []() { return g_test_deleter_calls.load(); },
-        "How many stand-in tensors have been released so far.");
+      py::arg("ptr"), py::arg("shape"), py::arg("strides") = py::none(), py::arg("type_code") = 2,
+      py::arg("bits") = 32, py::arg("lanes") = 1, py::arg("device_type") = 2,
+      py::arg("device_id") = 0, py::arg("byte_offset") = 0, py::arg("versioned") = true,
+      py::arg("readonly") = false, py::arg("major") = 1);
+  t.def(
+      "deleter_calls", []() { return g_test_deleter_calls.load(); },
+      "How many stand-in tensors have been released so far.");
 }
 
 }  // namespace cudaops::python

@@ -31,23 +31,23 @@ class ArrayView {
   ArrayView& operator=(const ArrayView&) = delete;
   ~ArrayView();
 
-  std::string name;                // the argument's name, for messages
-  void* data = nullptr;            // first element (byte_offset applied)
+  std::string name;      // the argument's name, for messages
+  void* data = nullptr;  // first element (byte_offset applied)
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
-  std::vector<int64_t> strides;    // in elements
+  std::vector<int64_t> strides;  // in elements
   int64_t size = 0;
-  int device = -1;                 // -1: known only from the pointer (CUDA array interface)
+  int device = -1;  // -1: known only from the pointer (CUDA array interface)
   bool readonly = false;
-  const char* protocol = "";       // how it was imported, for messages
+  const char* protocol = "";  // how it was imported, for messages
 
   // Producer streams the op's stream must wait for.
-  bool wait_cai_stream = false;    // __cuda_array_interface__ v3 "stream"
+  bool wait_cai_stream = false;  // __cuda_array_interface__ v3 "stream"
   cudaStream_t cai_stream = nullptr;
-  bool wait_torch_stream = false;  // torch's current stream on `device`
-  bool wait_cupy_stream = false;   // CuPy's current stream on `device`
+  bool wait_torch_stream = false;                 // torch's current stream on `device`
+  bool wait_cupy_stream = false;                  // CuPy's current stream on `device`
   const dl::ExchangeAPI* exchange_api = nullptr;  // its current_work_stream on `device`
-  const Array* source_array = nullptr;  // a cudaops.Array read directly
+  const Array* source_array = nullptr;            // a cudaops.Array read directly
 
   bool c_contiguous() const;
 

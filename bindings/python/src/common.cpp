@@ -41,8 +41,8 @@ DeviceGuard::DeviceGuard(int device, const char* op) {
   }
   check_cuda(error, std::string(op) + ": CUDA is not available");
   if (previous_ != device) {
-    check_cuda(cudaSetDevice(device), std::string(op) + ": cannot use CUDA device " +
-                                          std::to_string(device));
+    check_cuda(cudaSetDevice(device),
+               std::string(op) + ": cannot use CUDA device " + std::to_string(device));
     switched_ = true;
   }
 }

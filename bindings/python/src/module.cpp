@@ -1,9 +1,9 @@
 // cudaops._core: the compiled part of the cudaops package.
 #include <pybind11/pybind11.h>
 
+#include <cuda_runtime_api.h>
 #include "array.h"
 #include "array_import.h"
-#include <cuda_runtime_api.h>
 
 #include "common.h"
 #include "cudaops/version.h"
@@ -26,13 +26,16 @@ PYBIND11_MODULE(_core, m) {
         "Read torch tensors and cudaops.Array directly (True, the default) or only through "
         "DLPack and __cuda_array_interface__ (False).");
   m.def("_fast_paths", &fast_paths);
-  m.def("device_count", []() {
-    int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return 0;
-    }
-    return count;
-  }, "Number of usable CUDA devices; 0 without a GPU or a driver (never raises).");
+  m.def(
+      "device_count",
+      []() {
+        int count = 0;
+        if (cudaGetDeviceCount(&count) != cudaSuccess) {
+          (void)cudaGetLastError();
+          return 0;
+        }
+        return count;
+      },
+      "Number of usable CUDA devices; 0 without a GPU or a driver (never raises).");
   bind_testing(m);
 }
