@@ -3,8 +3,6 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
-#include <limits>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -110,25 +108,6 @@ void versioned_deleter(dl::ManagedTensorVersioned* self) {
   release_context(static_cast<ExportContext*>(self->manager_ctx));
 }
 
-// A capsule that nobody consumed still owns its tensor.
-void legacy_capsule_destructor(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, dl::kCapsuleLegacy)) {
-    auto* tensor =
-        static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule, dl::kCapsuleLegacy));
-    if (tensor != nullptr && tensor->deleter != nullptr) tensor->deleter(tensor);
-  }
-  PyErr_Clear();
-}
-
-void versioned_capsule_destructor(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, dl::kCapsuleVersioned)) {
-    auto* tensor = static_cast<dl::ManagedTensorVersioned*>(
-        PyCapsule_GetPointer(capsule, dl::kCapsuleVersioned));
-    if (tensor != nullptr && tensor->deleter != nullptr) tensor->deleter(tensor);
-  }
-  PyErr_Clear();
-}
-
 dl::DataType dl_dtype(DType dtype) {
   switch (dtype) {
     case DType::kFloat32:
@@ -159,6 +138,13 @@ const char* typestr(DType dtype) {
       break;
   }
   return nullptr;
+}
+
+py::tuple shape_tuple(const Array& array) {
+  py::tuple shape(array.shape().size());
+  for (size_t i = 0; i < array.shape().size(); ++i)
+    shape[i] = array.shape()[i];
+  return shape;
 }
 
 py::object dlpack(py::object self, py::object stream, py::object max_version, py::object dl_device,
@@ -193,12 +179,7 @@ py::object dlpack(py::object self, py::object stream, py::object max_version, py
   auto* context = new ExportContext();
   context->owner = self;
   context->shape = array.shape();
-  context->strides.resize(context->shape.size());
-  int64_t stride = 1;
-  for (size_t i = context->shape.size(); i-- > 0;) {
-    context->strides[i] = stride;
-    stride *= context->shape[i] > 0 ? context->shape[i] : 1;
-  }
+  context->strides = contiguous_strides(context->shape);
   dl::Tensor tensor{};
   tensor.data = array.data();
   tensor.device = {dl::kCUDA, array.device()};
@@ -208,7 +189,6 @@ py::object dlpack(py::object self, py::object stream, py::object max_version, py
   tensor.strides = context->strides.data();
   tensor.byte_offset = 0;
 
-  PyObject* capsule = nullptr;
   if (versioned) {
     std::memset(&context->versioned, 0, sizeof(context->versioned));
     context->versioned.version = {dl::kMajorVersion, dl::kMinorVersion};
@@ -216,20 +196,13 @@ py::object dlpack(py::object self, py::object stream, py::object max_version, py
     context->versioned.deleter = versioned_deleter;
     context->versioned.flags = 0;
     context->versioned.dl_tensor = tensor;
-    capsule =
-        PyCapsule_New(&context->versioned, dl::kCapsuleVersioned, versioned_capsule_destructor);
-  } else {
-    std::memset(&context->legacy, 0, sizeof(context->legacy));
-    context->legacy.manager_ctx = context;
-    context->legacy.deleter = legacy_deleter;
-    context->legacy.dl_tensor = tensor;
-    capsule = PyCapsule_New(&context->legacy, dl::kCapsuleLegacy, legacy_capsule_destructor);
+    return make_dlpack_capsule(&context->versioned);
   }
-  if (capsule == nullptr) {
-    delete context;
-    throw py::error_already_set();
-  }
-  return py::reinterpret_steal<py::object>(capsule);
+  std::memset(&context->legacy, 0, sizeof(context->legacy));
+  context->legacy.manager_ctx = context;
+  context->legacy.deleter = legacy_deleter;
+  context->legacy.dl_tensor = tensor;
+  return make_dlpack_capsule(&context->legacy);
 }
 
 py::dict cuda_array_interface(const Array& array) {
@@ -241,10 +214,7 @@ py::dict cuda_array_interface(const Array& array) {
         "(__dlpack__) instead");
   }
   py::dict cai;
-  py::tuple shape(array.shape().size());
-  for (size_t i = 0; i < array.shape().size(); ++i)
-    shape[i] = array.shape()[i];
-  cai["shape"] = shape;
+  cai["shape"] = shape_tuple(array);
   cai["typestr"] = type;
   cai["data"] = py::make_tuple(reinterpret_cast<uintptr_t>(array.data()), false);
   cai["version"] = 3;
@@ -259,17 +229,51 @@ py::dict cuda_array_interface(const Array& array) {
 }
 
 std::string repr(const Array& array) {
-  std::ostringstream text;
-  text << "cudaops.Array(shape=(";
-  for (size_t i = 0; i < array.shape().size(); ++i) {
-    text << (i ? ", " : "") << array.shape()[i];
-  }
-  if (array.shape().size() == 1) text << ",";
-  text << "), dtype=" << dtype_name(array.dtype()) << ", device=" << array.device() << ")";
-  return text.str();
+  return "cudaops.Array(shape=" + shape_text(array.shape()) +
+         ", dtype=" + dtype_name(array.dtype()) + ", device=" + std::to_string(array.device()) +
+         ")";
 }
 
 }  // namespace
+
+namespace {
+
+// A capsule that nobody consumed still owns its tensor.
+void legacy_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, dl::kCapsuleLegacy)) {
+    dl::Release()(
+        static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule, dl::kCapsuleLegacy)));
+  }
+  PyErr_Clear();
+}
+
+void versioned_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, dl::kCapsuleVersioned)) {
+    dl::Release()(static_cast<dl::ManagedTensorVersioned*>(
+        PyCapsule_GetPointer(capsule, dl::kCapsuleVersioned)));
+  }
+  PyErr_Clear();
+}
+
+}  // namespace
+
+py::object make_dlpack_capsule(dl::ManagedTensor* tensor) {
+  PyObject* capsule = PyCapsule_New(tensor, dl::kCapsuleLegacy, legacy_capsule_destructor);
+  if (capsule == nullptr) {
+    dl::Release()(tensor);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
+py::object make_dlpack_capsule(dl::ManagedTensorVersioned* tensor) {
+  PyObject* capsule = PyCapsule_New(tensor, dl::kCapsuleVersioned, versioned_capsule_destructor);
+  if (capsule == nullptr) {
+    dl::Release()(tensor);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(capsule);
+}
 
 DType parse_dtype_arg(py::handle obj, const char* op);
 
@@ -301,13 +305,7 @@ for example to pass as out=.
            }),
            py::arg("shape"), py::arg("dtype") = "float32", py::kw_only(),
            py::arg("device") = py::none(), py::arg("stream") = py::none())
-      .def_property_readonly("shape",
-                             [](const Array& a) {
-                               py::tuple shape(a.shape().size());
-                               for (size_t i = 0; i < a.shape().size(); ++i)
-                                 shape[i] = a.shape()[i];
-                               return shape;
-                             })
+      .def_property_readonly("shape", &shape_tuple)
       .def_property_readonly(
           "dtype", [](const Array& a) { return dtype_name(a.dtype()); },
           "The dtype's name: float32, float16, bfloat16, int32 or int64.")

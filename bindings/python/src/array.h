@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "cudaops/dtype.h"
+#include "dlpack.h"
 
 namespace cudaops::python {
 
@@ -51,6 +52,11 @@ class Array {
 
 /// Number of elements of `shape`, checking each extent and the product for overflow.
 int64_t checked_size(const std::vector<int64_t>& shape, const char* op, const char* name);
+
+/// A new "dltensor" / "dltensor_versioned" capsule owning `tensor`: a capsule nobody consumes
+/// releases it when it dies. On failure the tensor is released and the Python error raised.
+py::object make_dlpack_capsule(dl::ManagedTensor* tensor);
+py::object make_dlpack_capsule(dl::ManagedTensorVersioned* tensor);
 
 /// Registers cudaops.Array (with __dlpack__, __dlpack_device__, __cuda_array_interface__).
 void bind_array(py::module_& m);

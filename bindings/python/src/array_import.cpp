@@ -18,30 +18,10 @@ std::string prefix(const char* op, const std::string& name) {
   return std::string(op) + ": " + name + ": ";
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::ostringstream text;
-  text << "(";
-  for (size_t i = 0; i < shape.size(); ++i)
-    text << (i ? ", " : "") << shape[i];
-  if (shape.size() == 1) text << ",";
-  text << ")";
-  return text.str();
-}
-
 std::string pointer_text(const void* ptr) {
   std::ostringstream text;
   text << "0x" << std::hex << reinterpret_cast<uintptr_t>(ptr);
   return text.str();
-}
-
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> strides(shape.size());
-  int64_t stride = 1;
-  for (size_t i = shape.size(); i-- > 0;) {
-    strides[i] = stride;
-    stride *= shape[i] > 0 ? shape[i] : 1;
-  }
-  return strides;
 }
 
 const char* dl_device_name(int32_t type) {
@@ -153,9 +133,53 @@ std::vector<int64_t> int_tuple(py::handle value, const char* op, const std::stri
   return result;
 }
 
+constexpr DType kDtypeOrder[5] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
+                                  DType::kInt64};
+
+// The position of `dtype` among a framework's dtype objects (in kDtypeOrder), compared by
+// identity; -1 when it is none of them.
+int match_dtype(PyObject* dtype, PyObject* const (&known)[5]) {
+  for (int i = 0; i < 5; ++i) {
+    if (known[i] != nullptr && dtype == known[i]) return i;
+  }
+  return -1;
+}
+
+// Shape and strides from a framework's tuples; strides are divided by `stride_unit` (the item
+// size for strides in bytes). False when they do not look as expected, so that the protocol
+// path reports it.
+bool read_extents(PyObject* shape, PyObject* strides, int64_t stride_unit, ArrayView& view) {
+  if (!PyTuple_Check(shape) || !PyTuple_Check(strides)) return false;
+  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+  if (PyTuple_GET_SIZE(strides) != ndim) return false;
+  view.shape.resize(ndim);
+  view.strides.resize(ndim);
+  for (Py_ssize_t i = 0; i < ndim; ++i) {
+    view.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+    const long long stride = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+    if (stride % stride_unit != 0) return false;
+    view.strides[i] = stride / stride_unit;
+  }
+  if (PyErr_Occurred()) throw py::error_already_set();
+  return true;
+}
+
+// A new reference to obj.name (or obj.name()), throwing on failure.
+py::object get_attr(py::handle obj, PyObject* name) {
+  PyObject* value = PyObject_GetAttr(obj.ptr(), name);
+  if (value == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
+py::object call_method(py::handle obj, PyObject* name) {
+  PyObject* value = PyObject_CallMethodNoArgs(obj.ptr(), name);
+  if (value == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(value);
+}
+
 // Direct reads of torch tensors, without the cost of Tensor.__dlpack__ (a Python method that
-// creates stream objects on every call). Only public attributes are read; the stream ordering
-// that __dlpack__ would do is done in prepare().
+// creates stream objects on every call), for a torch without the DLPack C exchange API. Only
+// public attributes are read; the stream ordering that __dlpack__ would do is done in prepare().
 struct TorchHooks {
   PyObject* tensor_type = nullptr;
   PyObject* parameter_type = nullptr;
@@ -205,9 +229,8 @@ bool is_plain_torch_tensor(py::handle obj) {
 
 // Fills `view` from a torch tensor's attributes; false when the tensor is anything but a plain
 // strided CUDA tensor of a supported dtype, so that the protocol path reports it.
-bool read_torch_tensor(py::handle obj, ArrayView& view, Access access) {
+bool read_torch_tensor(py::handle obj, ArrayView& view) {
   TorchHooks* h = torch_hooks();
-  (void)access;
   // Interned names: each lookup is then a pointer-keyed one.
   static PyObject* const is_cuda_name = PyUnicode_InternFromString("is_cuda");
   static PyObject* const layout_name = PyUnicode_InternFromString("layout");
@@ -217,44 +240,20 @@ bool read_torch_tensor(py::handle obj, ArrayView& view, Access access) {
   static PyObject* const stride_name = PyUnicode_InternFromString("stride");
   static PyObject* const data_ptr_name = PyUnicode_InternFromString("data_ptr");
   static PyObject* const get_device_name = PyUnicode_InternFromString("get_device");
-  auto get = [&](PyObject* name) {
-    PyObject* value = PyObject_GetAttr(obj.ptr(), name);
-    if (value == nullptr) throw py::error_already_set();
-    return py::reinterpret_steal<py::object>(value);
-  };
-  auto call = [&](PyObject* name) {
-    PyObject* value = PyObject_CallMethodNoArgs(obj.ptr(), name);
-    if (value == nullptr) throw py::error_already_set();
-    return py::reinterpret_steal<py::object>(value);
-  };
-  if (get(is_cuda_name).ptr() != Py_True) return false;
-  if (get(layout_name).ptr() != h->strided) return false;
+  if (get_attr(obj, is_cuda_name).ptr() != Py_True) return false;
+  if (get_attr(obj, layout_name).ptr() != h->strided) return false;
   // torch refuses to export a tensor that requires grad; the protocol path reports it.
-  if (get(requires_grad_name).ptr() == Py_True) return false;
-  py::object dtype = get(dtype_name_);
-  const DType map[5] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                        DType::kInt64};
-  int found = -1;
-  for (int i = 0; i < 5; ++i) {
-    if (dtype.ptr() == h->dtypes[i]) found = i;
-  }
+  if (get_attr(obj, requires_grad_name).ptr() == Py_True) return false;
+  const int found = match_dtype(get_attr(obj, dtype_name_).ptr(), h->dtypes);
   if (found < 0) return false;
-  view.dtype = map[found];
-  py::object shape = get(shape_name);
-  py::object strides = call(stride_name);
-  if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(strides.ptr())) return false;
-  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
-  if (PyTuple_GET_SIZE(strides.ptr()) != ndim) return false;
-  view.shape.resize(ndim);
-  view.strides.resize(ndim);
-  for (Py_ssize_t i = 0; i < ndim; ++i) {
-    view.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
-    view.strides[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides.ptr(), i));
+  view.dtype = kDtypeOrder[found];
+  if (!read_extents(get_attr(obj, shape_name).ptr(), call_method(obj, stride_name).ptr(), 1,
+                    view)) {
+    return false;
   }
-  if (PyErr_Occurred()) throw py::error_already_set();
   view.data = reinterpret_cast<void*>(
-      static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(call(data_ptr_name).ptr())));
-  view.device = static_cast<int>(PyLong_AsLong(call(get_device_name).ptr()));
+      static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(call_method(obj, data_ptr_name).ptr())));
+  view.device = static_cast<int>(PyLong_AsLong(call_method(obj, get_device_name).ptr()));
   if (PyErr_Occurred()) throw py::error_already_set();
   view.wait_torch_stream = true;
   view.protocol = "torch";
@@ -313,40 +312,19 @@ bool read_cupy_array(py::handle obj, ArrayView& view) {
   static PyObject* const dtype_name_ = PyUnicode_InternFromString("dtype");
   static PyObject* const shape_name = PyUnicode_InternFromString("shape");
   static PyObject* const strides_name = PyUnicode_InternFromString("strides");
-  auto get = [](py::handle o, PyObject* name) {
-    PyObject* value = PyObject_GetAttr(o.ptr(), name);
-    if (value == nullptr) throw py::error_already_set();
-    return py::reinterpret_steal<py::object>(value);
-  };
-  py::object dtype = get(obj, dtype_name_);
-  int found = -1;
-  for (int i = 0; i < 5; ++i) {
-    if (h->dtypes[i] != nullptr && dtype.ptr() == h->dtypes[i]) found = i;
-  }
-  if (dtype.ptr() == h->int64_alt) found = 4;
+  py::object dtype = get_attr(obj, dtype_name_);
+  const int found = dtype.ptr() == h->int64_alt ? 4 : match_dtype(dtype.ptr(), h->dtypes);
   if (found < 0) return false;
-  const DType map[5] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32,
-                        DType::kInt64};
-  view.dtype = map[found];
-  py::object shape = get(obj, shape_name);
-  py::object strides = get(obj, strides_name);
-  if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(strides.ptr())) return false;
-  const Py_ssize_t ndim = PyTuple_GET_SIZE(shape.ptr());
-  if (PyTuple_GET_SIZE(strides.ptr()) != ndim) return false;
-  const int64_t item = dtype_size(view.dtype);
-  view.shape.resize(ndim);
-  view.strides.resize(ndim);
-  for (Py_ssize_t i = 0; i < ndim; ++i) {
-    view.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
-    const long long bytes = PyLong_AsLongLong(PyTuple_GET_ITEM(strides.ptr(), i));
-    if (bytes % item != 0) return false;  // the protocol path explains it
-    view.strides[i] = bytes / item;
+  view.dtype = kDtypeOrder[found];
+  // CuPy's strides are in bytes.
+  if (!read_extents(get_attr(obj, shape_name).ptr(), get_attr(obj, strides_name).ptr(),
+                    dtype_size(view.dtype), view)) {
+    return false;
   }
-  if (PyErr_Occurred()) throw py::error_already_set();
-  py::object memory = get(obj, data_name);
+  py::object memory = get_attr(obj, data_name);
   view.data = reinterpret_cast<void*>(
-      static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(get(memory, ptr_name).ptr())));
-  view.device = static_cast<int>(PyLong_AsLong(get(memory, device_id_name).ptr()));
+      static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(get_attr(memory, ptr_name).ptr())));
+  view.device = static_cast<int>(PyLong_AsLong(get_attr(memory, device_id_name).ptr()));
   if (PyErr_Occurred()) throw py::error_already_set();
   view.wait_cupy_stream = true;
   view.protocol = "cupy";
@@ -451,7 +429,7 @@ bool import_exchange(py::handle obj, const dl::ExchangeAPI* api, ArrayView& view
       PyErr_Clear();
       return false;
     }
-    view.versioned = managed;
+    view.versioned.reset(managed);
     view.readonly = (managed->flags & dl::kFlagReadOnly) != 0;
     fill_from_tensor(view, managed->dl_tensor, op);
   }
@@ -487,7 +465,7 @@ void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, const c
     auto* managed =
         static_cast<dl::ManagedTensorVersioned*>(PyCapsule_GetPointer(cap, dl::kCapsuleVersioned));
     if (PyCapsule_SetName(cap, dl::kCapsuleVersionedUsed) != 0) throw py::error_already_set();
-    view.versioned = managed;  // released by the view from here on
+    view.versioned.reset(managed);  // released by the view from here on
     if (managed->version.major != dl::kMajorVersion) {
       throw py::value_error(
           prefix(op, name) + "DLPack version " + std::to_string(managed->version.major) + "." +
@@ -498,7 +476,7 @@ void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, const c
   } else if (PyCapsule_IsValid(cap, dl::kCapsuleLegacy)) {
     auto* managed = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(cap, dl::kCapsuleLegacy));
     if (PyCapsule_SetName(cap, dl::kCapsuleLegacyUsed) != 0) throw py::error_already_set();
-    view.legacy = managed;
+    view.legacy.reset(managed);
     tensor = &managed->dl_tensor;
   } else {
     throw py::type_error(prefix(op, name) +
@@ -585,45 +563,6 @@ void import_cai(py::handle obj, ArrayView& view, const char* op) {
 
 // ---------------------------------------------------------------------------------------------
 
-ArrayView::ArrayView(ArrayView&& other) noexcept {
-  *this = std::move(other);
-}
-
-ArrayView& ArrayView::operator=(ArrayView&& other) noexcept {
-  if (this != &other) {
-    release();
-    name = std::move(other.name);
-    data = other.data;
-    dtype = other.dtype;
-    shape = std::move(other.shape);
-    strides = std::move(other.strides);
-    size = other.size;
-    device = other.device;
-    readonly = other.readonly;
-    protocol = other.protocol;
-    wait_cai_stream = other.wait_cai_stream;
-    cai_stream = other.cai_stream;
-    wait_torch_stream = other.wait_torch_stream;
-    wait_cupy_stream = other.wait_cupy_stream;
-    exchange_api = other.exchange_api;
-    source_array = other.source_array;
-    legacy = std::exchange(other.legacy, nullptr);
-    versioned = std::exchange(other.versioned, nullptr);
-  }
-  return *this;
-}
-
-ArrayView::~ArrayView() {
-  release();
-}
-
-void ArrayView::release() noexcept {
-  if (legacy != nullptr && legacy->deleter != nullptr) legacy->deleter(legacy);
-  if (versioned != nullptr && versioned->deleter != nullptr) versioned->deleter(versioned);
-  legacy = nullptr;
-  versioned = nullptr;
-}
-
 bool ArrayView::c_contiguous() const {
   if (size == 0) return true;
   int64_t expected = 1;
@@ -655,7 +594,7 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
     } else if (const dl::ExchangeAPI* api = exchange_api_of(obj)) {
       done = import_exchange(obj, api, view, access, op_);
     } else if (is_plain_torch_tensor(obj)) {
-      done = read_torch_tensor(obj, view, access);
+      done = read_torch_tensor(obj, view);
     } else if (is_cupy_ndarray(obj)) {
       done = read_cupy_array(obj, view);
     }
@@ -696,6 +635,15 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
     throw py::value_error(prefix(op_, name) + "null data pointer for " + std::to_string(view.size) +
                           " elements");
   }
+  return view;
+}
+
+std::optional<ArrayView> CallContext::import_out(py::handle out, const ArrayView& like) {
+  if (out.is_none()) return std::nullopt;
+  ArrayView view = import(out, "out", Access::kWrite);
+  require_same_dtype(like, view);
+  require_same_shape(like, view);
+  require_contiguous(view);
   return view;
 }
 
@@ -891,18 +839,6 @@ void test_versioned_deleter(dl::ManagedTensorVersioned* self) {
   ++g_test_deleter_calls;
 }
 
-void test_capsule_destructor(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, dl::kCapsuleVersioned)) {
-    auto* t = static_cast<dl::ManagedTensorVersioned*>(
-        PyCapsule_GetPointer(capsule, dl::kCapsuleVersioned));
-    t->deleter(t);
-  } else if (PyCapsule_IsValid(capsule, dl::kCapsuleLegacy)) {
-    auto* t = static_cast<dl::ManagedTensor*>(PyCapsule_GetPointer(capsule, dl::kCapsuleLegacy));
-    t->deleter(t);
-  }
-  PyErr_Clear();
-}
-
 }  // namespace
 
 void bind_testing(py::module_& m) {
@@ -925,7 +861,6 @@ void bind_testing(py::module_& m) {
         tensor.shape = t->shape.data();
         tensor.strides = strides ? t->strides.data() : nullptr;
         tensor.byte_offset = byte_offset;
-        PyObject* capsule;
         if (versioned) {
           std::memset(&t->versioned, 0, sizeof(t->versioned));
           t->versioned.version = {static_cast<uint32_t>(major), 0};
@@ -933,16 +868,13 @@ void bind_testing(py::module_& m) {
           t->versioned.deleter = test_versioned_deleter;
           t->versioned.flags = readonly ? dl::kFlagReadOnly : 0;
           t->versioned.dl_tensor = tensor;
-          capsule = PyCapsule_New(&t->versioned, dl::kCapsuleVersioned, test_capsule_destructor);
-        } else {
-          std::memset(&t->legacy, 0, sizeof(t->legacy));
-          t->legacy.manager_ctx = t;
-          t->legacy.deleter = test_legacy_deleter;
-          t->legacy.dl_tensor = tensor;
-          capsule = PyCapsule_New(&t->legacy, dl::kCapsuleLegacy, test_capsule_destructor);
+          return make_dlpack_capsule(&t->versioned);
         }
-        if (capsule == nullptr) throw py::error_already_set();
-        return py::reinterpret_steal<py::object>(capsule);
+        std::memset(&t->legacy, 0, sizeof(t->legacy));
+        t->legacy.manager_ctx = t;
+        t->legacy.deleter = test_legacy_deleter;
+        t->legacy.dl_tensor = tensor;
+        return make_dlpack_capsule(&t->legacy);
       },
       py::arg("ptr"), py::arg("shape"), py::arg("strides") = py::none(), py::arg("type_code") = 2,
       py::arg("bits") = 32, py::arg("lanes") = 1, py::arg("device_type") = 2,

@@ -22,15 +22,7 @@ enum class Access { kRead, kWrite };
 
 /// A borrowed view of an array: valid while the object it came from is alive. A DLPack tensor
 /// taken from a capsule is released (its deleter called) when the view goes away.
-class ArrayView {
- public:
-  ArrayView() = default;
-  ArrayView(ArrayView&& other) noexcept;
-  ArrayView& operator=(ArrayView&& other) noexcept;
-  ArrayView(const ArrayView&) = delete;
-  ArrayView& operator=(const ArrayView&) = delete;
-  ~ArrayView();
-
+struct ArrayView {
   std::string name;      // the argument's name, for messages
   void* data = nullptr;  // first element (byte_offset applied)
   DType dtype = DType::kFloat32;
@@ -51,11 +43,9 @@ class ArrayView {
 
   bool c_contiguous() const;
 
-  dl::ManagedTensor* legacy = nullptr;
-  dl::ManagedTensorVersioned* versioned = nullptr;
-
- private:
-  void release() noexcept;
+  // The DLPack tensor this view holds, if any.
+  std::unique_ptr<dl::ManagedTensor, dl::Release> legacy;
+  std::unique_ptr<dl::ManagedTensorVersioned, dl::Release> versioned;
 };
 
 /// What one op call needs around its arrays: the stream, the arrays' device (made current for the
@@ -70,6 +60,10 @@ class CallContext {
   /// Imports `obj` as argument `name`. Checks everything that needs no GPU: protocol, dtype,
   /// device type, read-only outputs, mask, strides, alignment.
   ArrayView import(py::handle obj, const char* name, Access access);
+
+  /// The `out=` argument: none when None, else imported for writing and checked to have the
+  /// dtype and shape of `like` and to be C-contiguous.
+  std::optional<ArrayView> import_out(py::handle out, const ArrayView& like);
 
   /// Finds the device all `arrays` (null entries skipped) live on, makes it current and orders
   /// the op's stream after the arrays' producers. Returns the device. When nothing has elements,

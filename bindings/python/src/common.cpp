@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <sstream>
 #include <vector>
 
 namespace cudaops::python {
@@ -146,6 +147,26 @@ std::string type_name(py::handle obj) {
   std::string name = py::str(type.attr("__qualname__"));
   if (module == "builtins") return name;
   return module + "." + name;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::ostringstream text;
+  text << "(";
+  for (size_t i = 0; i < shape.size(); ++i)
+    text << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) text << ",";
+  text << ")";
+  return text.str();
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t stride = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = stride;
+    stride *= shape[i] > 0 ? shape[i] : 1;
+  }
+  return strides;
 }
 
 }  // namespace cudaops::python

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cudaops/status.h"
 
@@ -69,5 +70,11 @@ void order_after(cudaStream_t producer, cudaStream_t consumer, const char* op);
 
 /// "int", "numpy.ndarray", ...: how an object's type is named in messages.
 std::string type_name(py::handle obj);
+
+/// "(3, 4)", "(5,)", "()": a shape or strides as Python prints a tuple.
+std::string shape_text(const std::vector<int64_t>& shape);
+
+/// Strides in elements of a C-contiguous array of `shape`.
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 
 }  // namespace cudaops::python

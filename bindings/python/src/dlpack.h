@@ -86,6 +86,16 @@ constexpr const char* kCapsuleLegacyUsed = "used_dltensor";
 constexpr const char* kCapsuleVersioned = "dltensor_versioned";
 constexpr const char* kCapsuleVersionedUsed = "used_dltensor_versioned";
 
+/// Releases a DLPack tensor through its deleter (a no-op for null); for owning smart pointers.
+struct Release {
+  void operator()(ManagedTensor* t) const noexcept {
+    if (t != nullptr && t->deleter != nullptr) t->deleter(t);
+  }
+  void operator()(ManagedTensorVersioned* t) const noexcept {
+    if (t != nullptr && t->deleter != nullptr) t->deleter(t);
+  }
+};
+
 }  // namespace cudaops::python::dl
 
 namespace cudaops::python::dl {

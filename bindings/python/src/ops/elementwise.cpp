@@ -17,16 +17,10 @@ py::object add(py::handle a, py::handle b, py::handle out, py::handle stream) {
   ctx.require_same_shape(va, vb);
   ctx.require_contiguous(va);
   ctx.require_contiguous(vb);
-  ArrayView vout;
-  const bool has_out = !out.is_none();
-  if (has_out) {
-    vout = ctx.import(out, "out", Access::kWrite);
-    ctx.require_same_dtype(va, vout);
-    ctx.require_same_shape(va, vout);
-    ctx.require_contiguous(vout);
-  }
-  ctx.prepare({&va, &vb, has_out ? &vout : nullptr});
-  void* d_out = ctx.output_data(has_out ? &vout : nullptr, va.shape, va.dtype);
+  std::optional<ArrayView> vout = ctx.import_out(out, va);
+  const ArrayView* pout = vout ? &*vout : nullptr;
+  ctx.prepare({&va, &vb, pout});
+  void* d_out = ctx.output_data(pout, va.shape, va.dtype);
   Status status;
   {
     py::gil_scoped_release nogil;
@@ -41,16 +35,10 @@ py::object add_scalar(py::handle a, double alpha, py::handle out, py::handle str
   ArrayView va = ctx.import(a, "a", Access::kRead);
   ctx.require_floating(va);
   ctx.require_contiguous(va);
-  ArrayView vout;
-  const bool has_out = !out.is_none();
-  if (has_out) {
-    vout = ctx.import(out, "out", Access::kWrite);
-    ctx.require_same_dtype(va, vout);
-    ctx.require_same_shape(va, vout);
-    ctx.require_contiguous(vout);
-  }
-  ctx.prepare({&va, has_out ? &vout : nullptr});
-  void* d_out = ctx.output_data(has_out ? &vout : nullptr, va.shape, va.dtype);
+  std::optional<ArrayView> vout = ctx.import_out(out, va);
+  const ArrayView* pout = vout ? &*vout : nullptr;
+  ctx.prepare({&va, pout});
+  void* d_out = ctx.output_data(pout, va.shape, va.dtype);
   Status status;
   {
     py::gil_scoped_release nogil;
