@@ -1,6 +1,8 @@
 #include "reference/rowwise.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace cudaops::ref {
@@ -169,4 +171,59 @@ FusedAddRmsNorm fused_add_rms_norm(const HostArray& x, const HostArray& residual
   return out;
 }
 
+Tolerance rowwise_tolerance(DType dtype, RowwiseResult kind, const std::vector<double>& want) {
+  double largest = 0.0;
+  for (double v : want) {
+    if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
+  }
+  const double ulp = rounding_tolerance(dtype).rel;
+  double arithmetic = 0x1.0p-19;  // a few float32 roundings and the approximate exp/rsqrt
+  double floor_fraction = 0x1.0p-12;
+  switch (kind) {
+    case RowwiseResult::kValues:
+      break;
+    case RowwiseResult::kStatistics:
+      arithmetic = 0x1.0p-18;
+      break;
+    case RowwiseResult::kGradient:
+      arithmetic = 0x1.0p-16;
+      floor_fraction = 0x1.0p-10;
+      break;
+    case RowwiseResult::kParamGradient:
+      arithmetic = 0x1.0p-14;
+      floor_fraction = 0x1.0p-10;
+      break;
+  }
+  // Statistics are float32 whatever the dtype; the others are rounded once to the dtype.
+  const double rel = (kind == RowwiseResult::kStatistics ? 0.0 : ulp) + arithmetic;
+  const double floor = std::max(largest * floor_fraction, 0x1.0p-126);
+  return {rel, floor};
+}
+
+HostArray dense_rows(const HostArray& a, RowShape s) {
+  HostArray out(a.dtype(), s.rows * s.cols);
+  const int64_t size = dtype_size(a.dtype());
+  const auto* src = static_cast<const unsigned char*>(a.data());
+  auto* dst = static_cast<unsigned char*>(out.data());
+  for (int64_t r = 0; r < s.rows; ++r) {
+    std::memcpy(dst + r * s.cols * size, src + r * s.row_stride * size,
+                static_cast<size_t>(s.cols * size));
+  }
+  return out;
+}
+
+int64_t touched_gap_elements(const HostArray& a, RowShape s) {
+  const int64_t size = dtype_size(a.dtype());
+  const auto* bytes = static_cast<const unsigned char*>(a.data());
+  int64_t touched = 0;
+  for (int64_t r = 0; r + 1 < s.rows; ++r) {
+    for (int64_t c = s.cols; c < s.row_stride; ++c) {
+      const unsigned char* e = bytes + (r * s.row_stride + c) * size;
+      if (std::any_of(e, e + size, [](unsigned char b) { return b != 0xff; })) ++touched;
+    }
+  }
+  return touched;
+}
+
 }  // namespace cudaops::ref
+

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "reference/compare.h"
 #include "reference/host_array.h"
 
 namespace cudaops::ref {
@@ -60,5 +61,25 @@ struct FusedAddRmsNorm {
 /// residual += x (rounded to the dtype); x = rms_norm(residual) * weight. Both arrays use `shape`.
 FusedAddRmsNorm fused_add_rms_norm(const HostArray& x, const HostArray& residual,
                                    const HostArray& weight, RowShape shape, double eps);
+
+/// What a row-wise result is, for its tolerance.
+enum class RowwiseResult {
+  kValues,          ///< forward outputs (y, the fused residual): float32 arithmetic, one rounding
+  kStatistics,      ///< mean and rstd, float32
+  kGradient,        ///< dx: differences of nearly equal terms, judged against the largest value
+  kParamGradient,   ///< dweight, dbias: float32 sums over every row
+};
+
+/// The tolerance of a row-wise result of dtype against its double-precision reference `want`:
+/// one rounding to the dtype plus the float32 arithmetic, relative, with values far below the
+/// largest magnitude in `want` judged against a floor proportional to it.
+Tolerance rowwise_tolerance(DType dtype, RowwiseResult kind, const std::vector<double>& want);
+
+/// The rows x cols elements of a matrix stored with shape.row_stride, densely.
+HostArray dense_rows(const HostArray& a, RowShape shape);
+
+/// Number of elements between the rows (columns cols to row_stride - 1 of each row but the last)
+/// whose bytes are not all 0xff: what an op writing only its rows leaves in a poisoned buffer.
+int64_t touched_gap_elements(const HostArray& a, RowShape shape);
 
 }  // namespace cudaops::ref

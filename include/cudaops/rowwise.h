@@ -1,0 +1,100 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cudaops/dtype.h"
+#include "cudaops/export.h"
+#include "cudaops/status.h"
+#include "cudaops/stream.h"
+
+namespace cudaops {
+
+// Row-wise operators over a rows x cols matrix, along the last axis: softmax, layernorm, rmsnorm
+// (forward and backward) and fused residual-add + rmsnorm.
+//
+// - Matrices are given as a pointer and a row stride in elements: row r starts at
+//   data + r * row_stride, and its cols elements are contiguous (row_stride >= cols). Each matrix
+//   argument has its own stride, so rows of a larger matrix can be read or written in place.
+// - dtype (kFloat32, kFloat16 or kBFloat16) is that of every matrix, weight, bias and parameter
+//   gradient; mean and rstd are float32. All arithmetic is done in float32.
+// - Rows whose start is 16-byte aligned (pointer and row stride) take the vectorised kernels; any
+//   other alignment of the element size takes a slower path with the same results.
+// - An output may be the same matrix as an input of the same call (same pointer, same stride):
+//   each element is read before it is written. Any other overlap is not allowed.
+// - rows == 0 or cols == 0 launches nothing (but for the parameter gradients of the backward
+//   passes, which are then zeros when cols > 0) and succeeds.
+// - Asynchronous on `stream`; nothing is allocated or synchronised, so calls can be captured in a
+//   CUDA graph. The backward passes of the norms take a caller-provided workspace, sized by their
+//   *_workspace_size query for the current device.
+// - The parameter gradients are deterministic: the same call on the same device gives the same
+//   bits every time (fixed partition of the rows, fixed order of every sum, no atomics).
+//
+// Returns kInvalidArgument (null pointer with work to do, negative size, row_stride < cols,
+// eps <= 0 or NaN), kMisaligned (a pointer not aligned to its element), kUnsupportedDtype,
+// kWorkspaceTooSmall, or kCudaError when a launch fails.
+
+/// A read-only matrix: row r at `data` + r * `row_stride` elements.
+struct ConstMatrixRef {
+  const void* data = nullptr;
+  int64_t row_stride = 0;
+};
+
+/// A writable matrix: row r at `data` + r * `row_stride` elements.
+struct MatrixRef {
+  void* data = nullptr;
+  int64_t row_stride = 0;
+};
+
+/// y = exp(x - max(x)) / sum(exp(x - max(x))) along each row. A row of all -inf gives NaN.
+CUDAOPS_EXPORT Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols,
+                              DType dtype, cudaStream_t stream);
+
+/// dx = y * (dy - sum(dy * y)) along each row, y being softmax's output.
+CUDAOPS_EXPORT Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx,
+                                       int64_t rows, int64_t cols, DType dtype,
+                                       cudaStream_t stream);
+
+/// y = (x - mean) * rstd * weight + bias, with mean and the biased variance var of each row and
+/// rstd = 1 / sqrt(var + eps). weight and bias hold cols elements. d_mean and d_rstd (rows
+/// float32 each) receive the statistics when not null.
+CUDAOPS_EXPORT Status layer_norm(ConstMatrixRef x, const void* d_weight, const void* d_bias,
+                                 MatrixRef y, float* d_mean, float* d_rstd, int64_t rows,
+                                 int64_t cols, float eps, DType dtype, cudaStream_t stream);
+
+/// y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) per row. d_rstd (rows float32)
+/// receives rstd when not null.
+CUDAOPS_EXPORT Status rms_norm(ConstMatrixRef x, const void* d_weight, MatrixRef y, float* d_rstd,
+                               int64_t rows, int64_t cols, float eps, DType dtype,
+                               cudaStream_t stream);
+
+/// In place, as in a transformer block: residual = x + residual (rounded to dtype), then
+/// x = residual * rstd * weight with the rmsnorm of the stored residual.
+CUDAOPS_EXPORT Status fused_add_rms_norm(MatrixRef x, MatrixRef residual, const void* d_weight,
+                                         int64_t rows, int64_t cols, float eps, DType dtype,
+                                         cudaStream_t stream);
+
+/// Bytes of workspace layer_norm_backward needs on the current device for this problem.
+CUDAOPS_EXPORT Status layer_norm_backward_workspace_size(int64_t rows, int64_t cols, DType dtype,
+                                                         size_t* bytes);
+
+/// Gradients of layer_norm given its mean and rstd: dx (rows x cols), dweight and dbias (cols
+/// each, in dtype). d_workspace must hold layer_norm_backward_workspace_size bytes, 16-byte
+/// aligned (it may be null when that size is 0).
+CUDAOPS_EXPORT Status layer_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight,
+                                          const float* d_mean, const float* d_rstd, MatrixRef dx,
+                                          void* d_dweight, void* d_dbias, void* d_workspace,
+                                          size_t workspace_bytes, int64_t rows, int64_t cols,
+                                          DType dtype, cudaStream_t stream);
+
+/// Bytes of workspace rms_norm_backward needs on the current device for this problem.
+CUDAOPS_EXPORT Status rms_norm_backward_workspace_size(int64_t rows, int64_t cols, DType dtype,
+                                                       size_t* bytes);
+
+/// Gradients of rms_norm given its rstd: dx (rows x cols) and dweight (cols, in dtype).
+CUDAOPS_EXPORT Status rms_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight,
+                                        const float* d_rstd, MatrixRef dx, void* d_dweight,
+                                        void* d_workspace, size_t workspace_bytes, int64_t rows,
+                                        int64_t cols, DType dtype, cudaStream_t stream);
+
+}  // namespace cudaops

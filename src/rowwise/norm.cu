@@ -1,0 +1,697 @@
+// layer_norm, rms_norm and fused_add_rms_norm, and the backward passes of the two norms.
+#include <algorithm>
+
+#include "core/dispatch.cuh"
+#include "core/launch.h"
+#include "core/validate.h"
+#include "cudaops/rowwise.h"
+#include "rowwise/row_common.cuh"
+#include "rowwise/rowwise_host.h"
+
+namespace cudaops {
+namespace detail::rowwise {
+namespace {
+
+enum class Norm { kLayer, kRms, kAddRms };
+
+template <typename T>
+struct NormArgs {
+  const T* x;
+  int64_t x_stride;
+  T* residual;  // kAddRms: read, then overwritten with x + residual
+  int64_t residual_stride;
+  const T* weight;
+  const T* bias;  // kLayer
+  T* y;           // kAddRms: x itself
+  int64_t y_stride;
+  float* mean;  // kLayer; may be null
+  float* rstd;  // may be null
+  int64_t rows;
+  int64_t cols;
+  float eps;
+};
+
+template <Norm kNorm, typename T, int kThreads, int kVecs, int N>
+__global__ void __launch_bounds__(kBlockThreads<kThreads>) norm_cached(NormArgs<T> a) {
+  __shared__ float scratch[kWarp];
+  constexpr int kRows = kRowsPerBlock<kThreads>;
+  using TileT = Tile<T, kThreads, kVecs, N>;
+  const int t = threadIdx.x % kThreads;
+  const int cols = static_cast<int>(a.cols);
+  const T zero = from_float<T>(0.0f);
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads;
+       row < a.rows; row += static_cast<int64_t>(gridDim.x) * kRows) {
+    TileT tile;
+    tile.load(a.x + row * a.x_stride, cols, t, zero);
+    if constexpr (kNorm == Norm::kAddRms) {
+      T* residual = a.residual + row * a.residual_stride;
+      TileT r;
+      r.load(residual, cols, t, zero);
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          tile.set(j, e, tile.get(j, e) + r.get(j, e));
+      }
+      tile.store(residual, cols, t);
+    }
+    float mean = 0.0f;
+    if constexpr (kNorm == Norm::kLayer) {
+      float sum[1] = {0.0f};
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          sum[0] += tile.get(j, e);
+      }
+      row_allreduce<kThreads>(sum, scratch, SumOp{});
+      mean = sum[0] / static_cast<float>(cols);
+    }
+    float squares[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = TileT::valid(j, e, t, cols) ? tile.get(j, e) - mean : 0.0f;
+        squares[0] = fmaf(d, d, squares[0]);
+      }
+    }
+    row_allreduce<kThreads>(squares, scratch, SumOp{});
+    const float rstd = rsqrtf(squares[0] / static_cast<float>(cols) + a.eps);
+    if (t == 0) {
+      if (kNorm == Norm::kLayer && a.mean != nullptr) a.mean[row] = mean;
+      if (a.rstd != nullptr) a.rstd[row] = rstd;
+    }
+    T* out = a.y + row * a.y_stride;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int c = TileT::col(j, t);
+      float v[N];
+      load_chunk<T, N>(a.weight, c, cols, v, 0.0f);
+      if constexpr (kNorm == Norm::kLayer) {
+        float b[N];
+        load_chunk<T, N>(a.bias, c, cols, b, 0.0f);
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          v[e] = fmaf((tile.get(j, e) - mean) * rstd, v[e], b[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          v[e] *= tile.get(j, e) * rstd;
+      }
+      store_chunk<T, N>(out, c, cols, v);
+    }
+  }
+}
+
+// `cached`: the row (x, or x + residual) is kept in dynamic shared memory between the passes.
+template <Norm kNorm, typename T, int N>
+__global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached) {
+  extern __shared__ float4 dynamic_smem[];
+  T* cache = reinterpret_cast<T*>(dynamic_smem);
+  __shared__ float scratch[kWarp];
+  const int64_t cols = a.cols;
+  const int64_t first = threadIdx.x * static_cast<int64_t>(N);
+  const int64_t step = static_cast<int64_t>(blockDim.x) * N;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T* in = a.x + row * a.x_stride;
+    float mean = 0.0f;
+    float squares[1] = {0.0f};
+    if constexpr (kNorm == Norm::kAddRms) {
+      T* residual = a.residual + row * a.residual_stride;
+      for (int64_t c = first; c < cols; c += step) {
+        float x[N], r[N];
+        load_chunk<T, N>(in, c, cols, x, 0.0f);
+        load_chunk<T, N>(residual, c, cols, r, 0.0f);
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          x[e] = round_to<T>(x[e] + r[e]);
+          squares[0] = fmaf(x[e], x[e], squares[0]);
+        }
+        store_chunk<T, N>(residual, c, cols, x);
+        if (cached) store_chunk<T, N>(cache, c, cols, x);
+      }
+      in = residual;  // the output pass reads the stored sum back (this thread's own columns)
+    } else {
+      if constexpr (kNorm == Norm::kLayer) {
+        float sum[1] = {0.0f};
+        for (int64_t c = first; c < cols; c += step) {
+          float x[N];
+          load_chunk<T, N>(in, c, cols, x, 0.0f);
+          if (cached) store_chunk<T, N>(cache, c, cols, x);
+#pragma unroll
+          for (int e = 0; e < N; ++e)
+            sum[0] += x[e];
+        }
+        block_allreduce(sum, scratch, SumOp{});
+        mean = sum[0] / static_cast<float>(cols);
+      }
+      for (int64_t c = first; c < cols; c += step) {
+        float x[N];
+        if (kNorm == Norm::kLayer) {
+          reload_chunk<T, N>(in, cache, cached, c, cols, x, 0.0f);
+        } else {
+          load_chunk<T, N>(in, c, cols, x, 0.0f);
+          if (cached) store_chunk<T, N>(cache, c, cols, x);
+        }
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float d = c + e < cols ? x[e] - mean : 0.0f;
+          squares[0] = fmaf(d, d, squares[0]);
+        }
+      }
+    }
+    block_allreduce(squares, scratch, SumOp{});
+    const float rstd = rsqrtf(squares[0] / static_cast<float>(cols) + a.eps);
+    if (threadIdx.x == 0) {
+      if (kNorm == Norm::kLayer && a.mean != nullptr) a.mean[row] = mean;
+      if (a.rstd != nullptr) a.rstd[row] = rstd;
+    }
+    T* out = a.y + row * a.y_stride;
+    for (int64_t c = first; c < cols; c += step) {
+      float x[N], w[N];
+      reload_chunk<T, N>(in, cache, cached, c, cols, x, 0.0f);
+      load_chunk<T, N>(a.weight, c, cols, w, 0.0f);
+      if constexpr (kNorm == Norm::kLayer) {
+        float b[N];
+        load_chunk<T, N>(a.bias, c, cols, b, 0.0f);
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          x[e] = fmaf((x[e] - mean) * rstd, w[e], b[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          x[e] = w[e] * (x[e] * rstd);
+      }
+      store_chunk<T, N>(out, c, cols, x);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward. With x_hat = (x - mean) * rstd (mean = 0 for rmsnorm) and g = dy * weight:
+//   dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))   (no mean(g) term for rmsnorm)
+//   dweight = sum over rows of dy * x_hat, dbias = sum over rows of dy.
+// Each unit (a warp or a block of the persistent grid) sums its rows' terms per column and
+// writes them as its partial row; launch_reduce_partials adds the partial rows in order.
+
+template <typename T>
+struct NormBackwardArgs {
+  const T* dy;
+  int64_t dy_stride;
+  const T* x;
+  int64_t x_stride;
+  const T* weight;
+  const float* mean;  // layernorm
+  const float* rstd;
+  T* dx;
+  int64_t dx_stride;
+  float* partials;  // [accumulators][units][cols]
+  int64_t units;
+  int64_t rows;
+  int64_t cols;
+};
+
+template <bool kLayer, typename T, int kThreads, int kVecs, int N>
+__global__ void __launch_bounds__(kBlockThreads<kThreads>)
+    norm_backward_cached(NormBackwardArgs<T> a) {
+  constexpr int K = kLayer ? 2 : 1;
+  __shared__ float scratch[K * kWarp];
+  constexpr int kRows = kRowsPerBlock<kThreads>;
+  using TileT = Tile<T, kThreads, kVecs, N>;
+  const int t = threadIdx.x % kThreads;
+  const int cols = static_cast<int>(a.cols);
+  const T zero = from_float<T>(0.0f);
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads;
+  float dw[kVecs][N];
+  float db[kVecs][N];
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      dw[j][e] = 0.0f;
+      db[j][e] = 0.0f;
+    }
+  }
+  for (int64_t row = unit; row < a.rows; row += static_cast<int64_t>(gridDim.x) * kRows) {
+    TileT tdy, tx;
+    tdy.load(a.dy + row * a.dy_stride, cols, t, zero);
+    tx.load(a.x + row * a.x_stride, cols, t, zero);
+    const float mean = kLayer ? a.mean[row] : 0.0f;
+    const float rstd = a.rstd[row];
+    float s[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      s[k] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      float w[N];
+      load_chunk<T, N>(a.weight, TileT::col(j, t), cols, w, 0.0f);
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float xh = (tx.get(j, e) - mean) * rstd;
+        const float g = tdy.get(j, e) * w[e];
+        if constexpr (kLayer) s[0] += g;
+        s[K - 1] = fmaf(g, xh, s[K - 1]);
+      }
+    }
+    row_allreduce<kThreads>(s, scratch, SumOp{});
+    const float mean_g = kLayer ? s[0] / static_cast<float>(cols) : 0.0f;
+    const float mean_gx = s[K - 1] / static_cast<float>(cols);
+    T* dxr = a.dx + row * a.dx_stride;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int c = TileT::col(j, t);
+      float w[N];
+      load_chunk<T, N>(a.weight, c, cols, w, 0.0f);
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = tdy.get(j, e);
+        const float xh = (tx.get(j, e) - mean) * rstd;
+        dw[j][e] = fmaf(d, xh, dw[j][e]);
+        if constexpr (kLayer) db[j][e] += d;
+        w[e] = rstd * (d * w[e] - mean_g - xh * mean_gx);
+      }
+      store_chunk<T, N>(dxr, c, cols, w);
+    }
+  }
+  float* partial = a.partials + unit * a.cols;
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      const int c = TileT::col(j, t) + e;
+      if (c < cols) {
+        partial[c] = dw[j][e];
+        if constexpr (kLayer) partial[a.units * a.cols + c] = db[j][e];
+      }
+    }
+  }
+}
+
+// One block per row of a persistent grid. The accumulators are in dynamic shared memory when
+// `smem_acc` (K x cols floats), else in the block's own partial rows in global memory.
+template <bool kLayer, typename T, int N>
+__global__ void __launch_bounds__(1024)
+    norm_backward_streamed(NormBackwardArgs<T> a, bool smem_acc) {
+  constexpr int K = kLayer ? 2 : 1;
+  extern __shared__ float acc_smem[];
+  __shared__ float scratch[K * kWarp];
+  const int64_t cols = a.cols;
+  const int64_t first = threadIdx.x * static_cast<int64_t>(N);
+  const int64_t step = static_cast<int64_t>(blockDim.x) * N;
+  const int64_t unit = blockIdx.x;
+  float* global_acc = a.partials + unit * cols;
+  float* acc = smem_acc ? acc_smem : global_acc;
+  const int64_t acc_stride = smem_acc ? cols : a.units * cols;
+  // Each thread owns the columns of its chunks: no synchronisation around the accumulators.
+  for (int64_t c = first; c < cols; c += step) {
+    for (int e = 0; e < N && c + e < cols; ++e) {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        acc[k * acc_stride + c + e] = 0.0f;
+    }
+  }
+  for (int64_t row = unit; row < a.rows; row += gridDim.x) {
+    const T* dyr = a.dy + row * a.dy_stride;
+    const T* xr = a.x + row * a.x_stride;
+    const float mean = kLayer ? a.mean[row] : 0.0f;
+    const float rstd = a.rstd[row];
+    float s[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      s[k] = 0.0f;
+    for (int64_t c = first; c < cols; c += step) {
+      float d[N], x[N], w[N];
+      load_chunk<T, N>(dyr, c, cols, d, 0.0f);
+      load_chunk<T, N>(xr, c, cols, x, 0.0f);
+      load_chunk<T, N>(a.weight, c, cols, w, 0.0f);
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float g = d[e] * w[e];
+        if constexpr (kLayer) s[0] += g;
+        s[K - 1] = fmaf(g, (x[e] - mean) * rstd, s[K - 1]);
+      }
+    }
+    block_allreduce(s, scratch, SumOp{});
+    const float mean_g = kLayer ? s[0] / static_cast<float>(cols) : 0.0f;
+    const float mean_gx = s[K - 1] / static_cast<float>(cols);
+    T* dxr = a.dx + row * a.dx_stride;
+    for (int64_t c = first; c < cols; c += step) {
+      float d[N], x[N], w[N];
+      load_chunk<T, N>(dyr, c, cols, d, 0.0f);
+      load_chunk<T, N>(xr, c, cols, x, 0.0f);
+      load_chunk<T, N>(a.weight, c, cols, w, 0.0f);
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float xh = (x[e] - mean) * rstd;
+        if (c + e < cols) {
+          acc[c + e] = fmaf(d[e], xh, acc[c + e]);
+          if constexpr (kLayer) acc[acc_stride + c + e] += d[e];
+        }
+        w[e] = rstd * (d[e] * w[e] - mean_g - xh * mean_gx);
+      }
+      store_chunk<T, N>(dxr, c, cols, w);
+    }
+  }
+  if (smem_acc) {
+    for (int64_t c = first; c < cols; c += step) {
+      for (int e = 0; e < N && c + e < cols; ++e) {
+#pragma unroll
+        for (int k = 0; k < K; ++k)
+          global_acc[k * a.units * cols + c + e] = acc[k * cols + c + e];
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host.
+
+template <Norm kNorm>
+Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligned, DType dtype,
+                      cudaStream_t stream) {
+  return dispatch_float(op, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    NormArgs<T> a{static_cast<const T*>(untyped.x),
+                  untyped.x_stride,
+                  static_cast<T*>(untyped.residual),
+                  untyped.residual_stride,
+                  static_cast<const T*>(untyped.weight),
+                  static_cast<const T*>(untyped.bias),
+                  static_cast<T*>(untyped.y),
+                  untyped.y_stride,
+                  untyped.mean,
+                  untyped.rstd,
+                  untyped.rows,
+                  untyped.cols,
+                  untyped.eps};
+    const int config = aligned ? pick_cached(a.cols, V, kNormCachedCount) : -1;
+    if (config >= 0) {
+      return with_cached_shape<kNormCachedCount>(config, [&](auto shape) {
+        using S = decltype(shape);
+        constexpr int kRows = kRowsPerBlock<S::threads>;
+        norm_cached<kNorm, T, S::threads, S::vecs, V>
+            <<<grid_for((a.rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream>>>(a);
+        return check_launch(op, stream);
+      });
+    }
+    const int n = aligned ? V : 1;
+    auto kernel = aligned ? norm_streamed<kNorm, T, V> : norm_streamed<kNorm, T, 1>;
+    size_t smem = 0;
+    if (Status s = streamed_cache_bytes(op, reinterpret_cast<const void*>(kernel), 1, a.cols,
+                                        dtype, &smem);
+        !s.ok())
+      return s;
+    kernel<<<grid_for(a.rows), streamed_threads((a.cols + n - 1) / n), smem, stream>>>(
+        a, smem > 0);
+    return check_launch(op, stream);
+  });
+}
+
+/// The launch of a backward pass: which kernel, its grid, and the workspace it needs.
+template <bool kLayer>
+Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bool aligned,
+                     ParamGradPlan* plan) {
+  constexpr int K = kLayer ? 2 : 1;
+  *plan = ParamGradPlan();
+  if (rows == 0 || cols == 0) return Status();
+  int sms = 0;
+  if (Status s = current_sm_count(op, &sms); !s.ok()) return s;
+  return dispatch_float(op, dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    const int config = aligned ? pick_cached(cols, V, kBackwardCachedCount) : -1;
+    int per_sm = 0;
+    cudaError_t error = cudaSuccess;
+    if (config >= 0) {
+      Status status = with_cached_shape<kBackwardCachedCount>(config, [&](auto shape) {
+        using S = decltype(shape);
+        constexpr int kRows = kRowsPerBlock<S::threads>;
+        error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, norm_backward_cached<kLayer, T, S::threads, S::vecs, V>,
+            kBlockThreads<S::threads>, 0);
+        const int64_t groups = (rows + kRows - 1) / kRows;
+        plan->blocks = static_cast<unsigned>(std::min<int64_t>(groups, int64_t{sms} * std::max(per_sm, 1)));
+        plan->units = int64_t{plan->blocks} * kRows;
+        return Status();
+      });
+      if (!status.ok()) return status;
+      plan->cached = true;
+      plan->config = config;
+    } else {
+      const int n = aligned ? V : 1;
+      plan->threads = streamed_threads((cols + n - 1) / n);
+      int optin = 0;
+      if (Status s = current_smem_optin(op, &optin); !s.ok()) return s;
+      const int64_t acc_bytes = int64_t{K} * cols * static_cast<int64_t>(sizeof(float));
+      const int64_t budget = int64_t{optin} - 1024;
+      plan->smem = acc_bytes <= budget ? static_cast<size_t>(acc_bytes) : 0;
+      const void* kernel = aligned ? reinterpret_cast<const void*>(norm_backward_streamed<kLayer, T, V>)
+                                   : reinterpret_cast<const void*>(norm_backward_streamed<kLayer, T, 1>);
+      error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   static_cast<int>(plan->smem));
+      if (error == cudaSuccess) {
+        error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan->threads,
+                                                              plan->smem);
+      }
+      plan->blocks = static_cast<unsigned>(std::min<int64_t>(rows, int64_t{sms} * std::max(per_sm, 1)));
+      plan->units = plan->blocks;
+    }
+    if (error != cudaSuccess) return cuda_status(error, op, "sizing the launch");
+    plan->workspace = static_cast<size_t>(K * plan->units * cols) * sizeof(float);
+    return Status();
+  });
+}
+
+template <bool kLayer>
+Status workspace_size(const char* op, int64_t rows, int64_t cols, DType dtype, size_t* bytes) {
+  if (bytes == nullptr) {
+    return Status(StatusCode::kInvalidArgument, std::string(op) + ": bytes must not be null");
+  }
+  if (Status s = check_shape(op, rows, cols); !s.ok()) return s;
+  if (Status s = check_float_dtype(op, "dtype", dtype); !s.ok()) return s;
+  ParamGradPlan vector_plan, scalar_plan;
+  if (Status s = plan_backward<kLayer>(op, rows, cols, dtype, true, &vector_plan); !s.ok())
+    return s;
+  if (Status s = plan_backward<kLayer>(op, rows, cols, dtype, false, &scalar_plan); !s.ok())
+    return s;
+  *bytes = std::max(vector_plan.workspace, scalar_plan.workspace);
+  return Status();
+}
+
+template <bool kLayer>
+Status launch_backward(const char* op, const NormBackwardArgs<void>& untyped, void* dweight,
+                       void* dbias, void* workspace, size_t workspace_bytes, bool aligned,
+                       DType dtype, cudaStream_t stream) {
+  constexpr int K = kLayer ? 2 : 1;
+  ParamGradPlan plan;
+  if (Status s = plan_backward<kLayer>(op, untyped.rows, untyped.cols, dtype, aligned, &plan);
+      !s.ok())
+    return s;
+  if (workspace_bytes < plan.workspace) {
+    return Status(StatusCode::kWorkspaceTooSmall,
+                  std::string(op) + ": workspace_bytes " + std::to_string(workspace_bytes) +
+                      " is less than the " + std::to_string(plan.workspace) +
+                      " bytes this problem needs (see " + op + "_workspace_size)");
+  }
+  if (plan.workspace > 0 && (workspace == nullptr || !aligned16(workspace))) {
+    return Status(workspace == nullptr ? StatusCode::kInvalidArgument : StatusCode::kMisaligned,
+                  std::string(op) + ": workspace must be a 16-byte aligned device pointer");
+  }
+  float* partials = static_cast<float*>(workspace);
+  Status status = dispatch_float(op, dtype, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    constexpr int V = kVec16<T>;
+    if (plan.units == 0) return Status();
+    NormBackwardArgs<T> a{static_cast<const T*>(untyped.dy),
+                          untyped.dy_stride,
+                          static_cast<const T*>(untyped.x),
+                          untyped.x_stride,
+                          static_cast<const T*>(untyped.weight),
+                          untyped.mean,
+                          untyped.rstd,
+                          static_cast<T*>(untyped.dx),
+                          untyped.dx_stride,
+                          partials,
+                          plan.units,
+                          untyped.rows,
+                          untyped.cols};
+    if (plan.cached) {
+      return with_cached_shape<kBackwardCachedCount>(plan.config, [&](auto shape) {
+        using S = decltype(shape);
+        norm_backward_cached<kLayer, T, S::threads, S::vecs, V>
+            <<<plan.blocks, kBlockThreads<S::threads>, 0, stream>>>(a);
+        return check_launch(op, stream);
+      });
+    }
+    if (aligned) {
+      norm_backward_streamed<kLayer, T, V>
+          <<<plan.blocks, plan.threads, plan.smem, stream>>>(a, plan.smem > 0);
+    } else {
+      norm_backward_streamed<kLayer, T, 1>
+          <<<plan.blocks, plan.threads, plan.smem, stream>>>(a, plan.smem > 0);
+    }
+    return check_launch(op, stream);
+  });
+  if (!status.ok()) return status;
+  void* outputs[2] = {dweight, dbias};
+  return launch_reduce_partials(op, partials, plan.units, untyped.cols, outputs, K, dtype, stream);
+}
+
+}  // namespace
+}  // namespace detail::rowwise
+
+using namespace detail::rowwise;  // NOLINT(google-build-using-namespace): this file's kernels
+using detail::check_float_dtype;
+
+Status layer_norm(ConstMatrixRef x, const void* d_weight, const void* d_bias, MatrixRef y,
+                  float* d_mean, float* d_rstd, int64_t rows, int64_t cols, float eps, DType dtype,
+                  cudaStream_t stream) {
+  constexpr const char* kOp = "layer_norm";
+  if (Status s = check_shape(kOp, rows, cols); !s.ok()) return s;
+  if (Status s = check_float_dtype(kOp, "dtype", dtype); !s.ok()) return s;
+  if (Status s = check_eps(kOp, eps); !s.ok()) return s;
+  const int64_t work = rows > 0 ? cols : 0;
+  const int64_t stats = cols > 0 ? rows : 0;
+  if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (Status s = check_vector(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
+  if (Status s = check_vector(kOp, "bias", d_bias, work, dtype); !s.ok()) return s;
+  if (Status s = check_matrix(kOp, "y", y.data, y.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (d_mean != nullptr) {
+    if (Status s = check_vector(kOp, "mean", d_mean, stats, DType::kFloat32); !s.ok()) return s;
+  }
+  if (d_rstd != nullptr) {
+    if (Status s = check_vector(kOp, "rstd", d_rstd, stats, DType::kFloat32); !s.ok()) return s;
+  }
+  if (rows == 0 || cols == 0) return Status();
+  const bool aligned = rows_aligned16(x.data, x.row_stride, dtype) &&
+                       rows_aligned16(y.data, y.row_stride, dtype) && aligned16(d_weight) &&
+                       aligned16(d_bias);
+  const NormArgs<void> a{x.data, x.row_stride, nullptr, 0, d_weight, d_bias, y.data,
+                         y.row_stride, d_mean, d_rstd, rows, cols, eps};
+  return launch_forward<Norm::kLayer>(kOp, a, aligned, dtype, stream);
+}
+
+Status rms_norm(ConstMatrixRef x, const void* d_weight, MatrixRef y, float* d_rstd, int64_t rows,
+                int64_t cols, float eps, DType dtype, cudaStream_t stream) {
+  constexpr const char* kOp = "rms_norm";
+  if (Status s = check_shape(kOp, rows, cols); !s.ok()) return s;
+  if (Status s = check_float_dtype(kOp, "dtype", dtype); !s.ok()) return s;
+  if (Status s = check_eps(kOp, eps); !s.ok()) return s;
+  const int64_t work = rows > 0 ? cols : 0;
+  if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (Status s = check_vector(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
+  if (Status s = check_matrix(kOp, "y", y.data, y.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (d_rstd != nullptr) {
+    if (Status s = check_vector(kOp, "rstd", d_rstd, cols > 0 ? rows : 0, DType::kFloat32);
+        !s.ok())
+      return s;
+  }
+  if (rows == 0 || cols == 0) return Status();
+  const bool aligned = rows_aligned16(x.data, x.row_stride, dtype) &&
+                       rows_aligned16(y.data, y.row_stride, dtype) && aligned16(d_weight);
+  const NormArgs<void> a{x.data, x.row_stride, nullptr, 0, d_weight, nullptr, y.data,
+                         y.row_stride, nullptr, d_rstd, rows, cols, eps};
+  return launch_forward<Norm::kRms>(kOp, a, aligned, dtype, stream);
+}
+
+Status fused_add_rms_norm(MatrixRef x, MatrixRef residual, const void* d_weight, int64_t rows,
+                          int64_t cols, float eps, DType dtype, cudaStream_t stream) {
+  constexpr const char* kOp = "fused_add_rms_norm";
+  if (Status s = check_shape(kOp, rows, cols); !s.ok()) return s;
+  if (Status s = check_float_dtype(kOp, "dtype", dtype); !s.ok()) return s;
+  if (Status s = check_eps(kOp, eps); !s.ok()) return s;
+  const int64_t work = rows > 0 ? cols : 0;
+  if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (Status s = check_matrix(kOp, "residual", residual.data, residual.row_stride, rows, cols,
+                              dtype);
+      !s.ok())
+    return s;
+  if (Status s = check_vector(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
+  if (rows == 0 || cols == 0) return Status();
+  const bool aligned = rows_aligned16(x.data, x.row_stride, dtype) &&
+                       rows_aligned16(residual.data, residual.row_stride, dtype) &&
+                       aligned16(d_weight);
+  const NormArgs<void> a{x.data,   x.row_stride, residual.data, residual.row_stride,
+                         d_weight, nullptr,      x.data,        x.row_stride,
+                         nullptr,  nullptr,      rows,          cols,
+                         eps};
+  return launch_forward<Norm::kAddRms>(kOp, a, aligned, dtype, stream);
+}
+
+Status layer_norm_backward_workspace_size(int64_t rows, int64_t cols, DType dtype, size_t* bytes) {
+  return workspace_size<true>("layer_norm_backward_workspace_size", rows, cols, dtype, bytes);
+}
+
+Status rms_norm_backward_workspace_size(int64_t rows, int64_t cols, DType dtype, size_t* bytes) {
+  return workspace_size<false>("rms_norm_backward_workspace_size", rows, cols, dtype, bytes);
+}
+
+namespace {
+
+Status check_backward_common(const char* op, ConstMatrixRef dy, ConstMatrixRef x,
+                             const void* d_weight, const float* d_rstd, MatrixRef dx,
+                             void* d_dweight, int64_t rows, int64_t cols, DType dtype) {
+  if (Status s = check_shape(op, rows, cols); !s.ok()) return s;
+  if (Status s = check_float_dtype(op, "dtype", dtype); !s.ok()) return s;
+  const int64_t work = rows > 0 ? cols : 0;
+  if (Status s = check_matrix(op, "dy", dy.data, dy.row_stride, rows, cols, dtype); !s.ok())
+    return s;
+  if (Status s = check_matrix(op, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (Status s = check_vector(op, "weight", d_weight, work, dtype); !s.ok()) return s;
+  if (Status s = check_vector(op, "rstd", d_rstd, cols > 0 ? rows : 0, DType::kFloat32); !s.ok())
+    return s;
+  if (Status s = check_matrix(op, "dx", dx.data, dx.row_stride, rows, cols, dtype); !s.ok())
+    return s;
+  return check_vector(op, "dweight", d_dweight, cols, dtype);
+}
+
+bool backward_aligned(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight, MatrixRef dx,
+                      DType dtype) {
+  return rows_aligned16(dy.data, dy.row_stride, dtype) &&
+         rows_aligned16(x.data, x.row_stride, dtype) &&
+         rows_aligned16(dx.data, dx.row_stride, dtype) && aligned16(d_weight);
+}
+
+}  // namespace
+
+Status layer_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight,
+                           const float* d_mean, const float* d_rstd, MatrixRef dx, void* d_dweight,
+                           void* d_dbias, void* d_workspace, size_t workspace_bytes, int64_t rows,
+                           int64_t cols, DType dtype, cudaStream_t stream) {
+  constexpr const char* kOp = "layer_norm_backward";
+  if (Status s = check_backward_common(kOp, dy, x, d_weight, d_rstd, dx, d_dweight, rows, cols,
+                                       dtype);
+      !s.ok())
+    return s;
+  if (Status s = check_vector(kOp, "mean", d_mean, cols > 0 ? rows : 0, DType::kFloat32); !s.ok())
+    return s;
+  if (Status s = check_vector(kOp, "dbias", d_dbias, cols, dtype); !s.ok()) return s;
+  if (cols == 0) return Status();
+  const NormBackwardArgs<void> a{dy.data, dy.row_stride, x.data,  x.row_stride, d_weight,
+                                 d_mean,  d_rstd,        dx.data, dx.row_stride, nullptr,
+                                 0,       rows,          cols};
+  return launch_backward<true>(kOp, a, d_dweight, d_dbias, d_workspace, workspace_bytes,
+                               backward_aligned(dy, x, d_weight, dx, dtype), dtype, stream);
+}
+
+Status rms_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight,
+                         const float* d_rstd, MatrixRef dx, void* d_dweight, void* d_workspace,
+                         size_t workspace_bytes, int64_t rows, int64_t cols, DType dtype,
+                         cudaStream_t stream) {
+  constexpr const char* kOp = "rms_norm_backward";
+  if (Status s = check_backward_common(kOp, dy, x, d_weight, d_rstd, dx, d_dweight, rows, cols,
+                                       dtype);
+      !s.ok())
+    return s;
+  if (cols == 0) return Status();
+  const NormBackwardArgs<void> a{dy.data, dy.row_stride, x.data,  x.row_stride, d_weight,
+                                 nullptr, d_rstd,        dx.data, dx.row_stride, nullptr,
+                                 0,       rows,          cols};
+  return launch_backward<false>(kOp, a, d_dweight, nullptr, d_workspace, workspace_bytes,
+                                backward_aligned(dy, x, d_weight, dx, dtype), dtype, stream);
+}
+
+}  // namespace cudaops

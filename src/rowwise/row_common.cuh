@@ -1,0 +1,262 @@
+#pragma once
+
+// Building blocks of the row-wise kernels.
+//
+// Two kernel shapes serve every op:
+// - "cached": a row is held in registers by kThreads threads (one warp, four rows to a block of
+//   128 threads; or a whole block of 128 to 1024 threads) as kVecs 16-byte vectors each. Every
+//   element is read from memory once and written once. Used when rows are 16-byte aligned and
+//   fit the largest configuration.
+// - "streamed": one block per row walks the row in chunks of N elements (N = a 16-byte vector, or
+//   1 for misaligned rows) once per pass, re-reading it (from L2 when it fits) between passes.
+//   Used for misaligned rows and rows too long for registers.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/numeric.cuh"
+#include "core/vector.cuh"
+
+namespace cudaops::detail::rowwise {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarp = 32;
+
+// ---------------------------------------------------------------------------------------------
+// Reductions. Every lane (thread) ends with the same bits: the xor butterfly combines the same
+// pair of values in both lanes of each exchange, and the order is fixed.
+
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+  static constexpr float kIdentity = 0.0f;
+};
+
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  static constexpr float kIdentity = -__builtin_huge_valf();
+};
+
+template <int K, class Op>
+__device__ __forceinline__ void warp_allreduce(float (&v)[K], Op op) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      v[k] = op(v[k], __shfl_xor_sync(kFullMask, v[k], offset));
+  }
+}
+
+/// All-reduce over the kThreads threads that share a row. kThreads == 32 is one warp; more is
+/// the whole block (one row per block), through `scratch` (K * 32 floats of shared memory).
+template <int kThreads, int K, class Op>
+__device__ __forceinline__ void row_allreduce(float (&v)[K], float* scratch, Op op) {
+  warp_allreduce(v, op);
+  if constexpr (kThreads > kWarp) {
+    constexpr int kWarps = kThreads / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    const int warp = threadIdx.x / kWarp;
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        scratch[k * kWarp + warp] = v[k];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      v[k] = lane < kWarps ? scratch[k * kWarp + lane] : Op::kIdentity;
+    warp_allreduce(v, op);
+    __syncthreads();  // scratch may be reused at once
+  }
+}
+
+/// Block-wide all-reduce for the streamed kernels (any blockDim.x that is a multiple of 32).
+template <int K, class Op>
+__device__ __forceinline__ void block_allreduce(float (&v)[K], float* scratch, Op op) {
+  warp_allreduce(v, op);
+  const int warps = blockDim.x / kWarp;
+  if (warps > 1) {
+    const int lane = threadIdx.x % kWarp;
+    const int warp = threadIdx.x / kWarp;
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+        scratch[k * kWarp + warp] = v[k];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      v[k] = lane < warps ? scratch[k * kWarp + lane] : Op::kIdentity;
+    warp_allreduce(v, op);
+    __syncthreads();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chunks of N elements at column c of a row: a vector access when all N are inside the row
+// (the row start being 16-byte aligned when N > 1), element by element at the row's end.
+
+template <typename T, int N>
+__device__ __forceinline__ void load_chunk(const T* row, int64_t c, int64_t cols, float (&v)[N],
+                                           float fill) {
+  if (c + N <= cols) {
+    const Vec<T, N> raw = load_vec<T, N>(row + c);
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      v[e] = to_float(raw.v[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      v[e] = c + e < cols ? to_float(row[c + e]) : fill;
+  }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_chunk(T* row, int64_t c, int64_t cols, const float (&v)[N]) {
+  if (c + N <= cols) {
+    Vec<T, N> raw;
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      raw.v[e] = from_float<T>(v[e]);
+    store_vec<T, N>(row + c, raw);
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      if (c + e < cols) row[c + e] = from_float<T>(v[e]);
+    }
+  }
+}
+
+/// Elements between two rows kept one after the other in shared memory: a multiple of 8, so that
+/// each row starts 16-byte aligned.
+__host__ __device__ __forceinline__ int64_t padded_cols(int64_t cols) {
+  return (cols + 7) / 8 * 8;
+}
+
+/// Reads a chunk again in a later pass of a streamed kernel: from the block's shared-memory copy
+/// of the row when there is one, else from global memory.
+template <typename T, int N>
+__device__ __forceinline__ void reload_chunk(const T* global_row, const T* cached_row, bool cached,
+                                             int64_t c, int64_t cols, float (&v)[N], float fill) {
+  if (cached) {
+    load_chunk<T, N>(cached_row, c, cols, v, fill);
+  } else {
+    load_chunk<T, N>(global_row, c, cols, v, fill);
+  }
+}
+
+/// Rounds a float32 value to T and back: what storing it in T and reading it again gives.
+template <typename T>
+__device__ __forceinline__ float round_to(float x) {
+  return to_float(from_float<T>(x));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The cached shape: thread t of a row holds the chunks at columns (j * kThreads + t) * N,
+// j < kVecs, in their storage type (so that a 16-bit row costs half the registers).
+
+template <typename T, int kThreads, int kVecs, int N>
+struct Tile {
+  static constexpr int kCols = kThreads * kVecs * N;  // the longest row it holds
+  Vec<T, N> raw[kVecs];
+
+  __device__ __forceinline__ static int col(int j, int t) { return (j * kThreads + t) * N; }
+
+  /// Loads the thread's chunks; elements past cols are set to `fill`.
+  __device__ __forceinline__ void load(const T* row, int cols, int t, T fill) {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int c = col(j, t);
+      if (c + N <= cols) {
+        raw[j] = load_vec<T, N>(row + c);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          raw[j].v[e] = c + e < cols ? row[c + e] : fill;
+      }
+    }
+  }
+
+  __device__ __forceinline__ float get(int j, int e) const { return to_float(raw[j].v[e]); }
+  __device__ __forceinline__ void set(int j, int e, float value) {
+    raw[j].v[e] = from_float<T>(value);
+  }
+  /// True when element e of chunk j is inside the row.
+  __device__ __forceinline__ static bool valid(int j, int e, int t, int cols) {
+    return col(j, t) + e < cols;
+  }
+
+  /// Stores the chunks as they are held.
+  __device__ __forceinline__ void store(T* row, int cols, int t) const {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int c = col(j, t);
+      if (c + N <= cols) {
+        store_vec<T, N>(row + c, raw[j]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          if (c + e < cols) row[c + e] = raw[j].v[e];
+        }
+      }
+    }
+  }
+};
+
+/// Stores float values laid out as a Tile's chunks.
+template <typename T, int kThreads, int kVecs, int N>
+__device__ __forceinline__ void store_tile(T* row, int cols, int t, const float (&v)[kVecs][N]) {
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j)
+    store_chunk<T, N>(row, (j * kThreads + t) * N, cols, v[j]);
+}
+
+/// Loads a cols-long vector (weight, bias) laid out as a Tile's chunks, 0 past cols.
+template <typename T, int kThreads, int kVecs, int N>
+__device__ __forceinline__ void load_params(const T* p, int cols, int t, float (&v)[kVecs][N]) {
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j)
+    load_chunk<T, N>(p, (j * kThreads + t) * N, cols, v[j], 0.0f);
+}
+
+/// Threads of a cached-shape block: one warp per row in blocks of four rows, or one row per block.
+template <int kThreads>
+inline constexpr int kRowsPerBlock = kThreads == kWarp ? 4 : 1;
+template <int kThreads>
+inline constexpr int kBlockThreads = kThreads * kRowsPerBlock<kThreads>;
+
+}  // namespace cudaops::detail::rowwise
+
+// ---------------------------------------------------------------------------------------------
+// Host: from a kCachedLadder index to the template arguments.
+#include <type_traits>
+
+#include "cudaops/status.h"
+
+namespace cudaops::detail::rowwise {
+
+template <int kThreads, int kVecs>
+struct CachedShape {
+  static constexpr int threads = kThreads;
+  static constexpr int vecs = kVecs;
+};
+
+/// Calls f(CachedShape<threads, vecs>{}) for kCachedLadder[index] (the ladder of rowwise_host.h);
+/// only the first kLimit entries are instantiated.
+template <int kLimit = 8, class F>
+Status with_cached_shape(int index, F&& f) {
+  if (index >= kLimit) index = -1;
+  switch (index) {
+    case 0: return f(CachedShape<32, 1>{});
+    case 1: return f(CachedShape<32, 2>{});
+    case 2: return f(CachedShape<32, 4>{});
+    case 3: if constexpr (kLimit > 3) return f(CachedShape<128, 2>{}); break;
+    case 4: if constexpr (kLimit > 4) return f(CachedShape<128, 4>{}); break;
+    case 5: if constexpr (kLimit > 5) return f(CachedShape<256, 4>{}); break;
+    case 6: if constexpr (kLimit > 6) return f(CachedShape<512, 4>{}); break;
+    case 7: if constexpr (kLimit > 7) return f(CachedShape<1024, 4>{}); break;
+    default: break;
+  }
+  return Status(StatusCode::kNotSupported, "row-wise: no cached kernel for this row length");
+}
+
+}  // namespace cudaops::detail::rowwise

@@ -1,0 +1,144 @@
+#include "rowwise/rowwise_host.h"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "core/dispatch.cuh"
+#include "core/launch.h"
+#include "core/numeric.cuh"
+#include "core/validate.h"
+
+namespace cudaops::detail::rowwise {
+
+Status check_shape(const char* op, int64_t rows, int64_t cols) {
+  if (Status s = check_count(op, "rows", rows); !s.ok()) return s;
+  return check_count(op, "cols", cols);
+}
+
+Status check_matrix(const char* op, const char* name, const void* data, int64_t row_stride,
+                    int64_t rows, int64_t cols, DType dtype) {
+  if (rows == 0 || cols == 0) return Status();
+  if (Status s = check_pointer(op, name, data, rows * cols, dtype); !s.ok()) return s;
+  if (row_stride < cols) {
+    std::ostringstream text;
+    text << op << ": " << name << " row_stride " << row_stride << " must be >= cols (" << cols
+         << ")";
+    return Status(StatusCode::kInvalidArgument, text.str());
+  }
+  // The last element, (rows - 1) * row_stride + cols - 1, and its byte offset must fit int64.
+  const int64_t size = dtype_size(dtype);
+  const int64_t limit = std::numeric_limits<int64_t>::max() / size;
+  if (rows > 1 && (row_stride > (limit - cols) / (rows - 1))) {
+    std::ostringstream text;
+    text << op << ": " << name << " spans more than 2^63 bytes (rows " << rows << ", row_stride "
+         << row_stride << ")";
+    return Status(StatusCode::kInvalidArgument, text.str());
+  }
+  return Status();
+}
+
+Status check_vector(const char* op, const char* name, const void* data, int64_t count,
+                    DType dtype) {
+  return check_pointer(op, name, data, count, dtype);
+}
+
+Status check_eps(const char* op, float eps) {
+  if (eps > 0.0f && std::isfinite(eps)) return Status();
+  std::ostringstream text;
+  text << op << ": eps must be > 0 and finite, got " << eps;
+  return Status(StatusCode::kInvalidArgument, text.str());
+}
+
+int streamed_threads(int64_t chunks) {
+  int64_t threads = (chunks + 3) / 4;
+  threads = (threads + 31) / 32 * 32;
+  if (threads < 64) threads = 64;
+  if (threads > 1024) threads = 1024;
+  return static_cast<int>(threads);
+}
+
+Status current_sm_count(const char* op, int* count) {
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess)
+    error = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  return Status();
+}
+
+Status current_smem_optin(const char* op, int* bytes) {
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess)
+    error = cudaDeviceGetAttribute(bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  return Status();
+}
+
+Status streamed_cache_bytes(const char* op, const void* kernel, int arrays, int64_t cols,
+                            DType dtype, size_t* bytes) {
+  *bytes = 0;
+  int optin = 0;
+  if (Status s = current_smem_optin(op, &optin); !s.ok()) return s;
+  const int64_t want = int64_t{arrays} * ((cols + 7) / 8 * 8) * dtype_size(dtype);
+  // Leave room for the static shared memory of the reductions.
+  if (want > int64_t{optin} - 1024) return Status();
+  if (want > 48 * 1024) {
+    const cudaError_t error = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(want));
+    if (error != cudaSuccess) return cuda_status(error, op, "setting the shared-memory size");
+  }
+  *bytes = static_cast<size_t>(want);
+  return Status();
+}
+
+namespace {
+
+constexpr int kReduceCols = 32;  // columns per block (one warp wide)
+constexpr int kReduceRows = 16;  // partial rows summed in parallel, then added in a fixed tree
+
+template <typename T>
+__global__ void __launch_bounds__(kReduceCols* kReduceRows)
+    reduce_partials_kernel(const float* partials, int64_t units, int64_t cols, T* out0, T* out1) {
+  __shared__ float sums[kReduceRows][kReduceCols + 1];
+  const int tx = threadIdx.x % kReduceCols;
+  const int ty = threadIdx.x / kReduceCols;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kReduceCols + tx;
+  const float* base = partials + static_cast<int64_t>(blockIdx.y) * units * cols;
+  float sum = 0.0f;
+  if (c < cols) {
+    for (int64_t u = ty; u < units; u += kReduceRows)
+      sum += base[u * cols + c];
+  }
+  sums[ty][tx] = sum;
+  __syncthreads();
+#pragma unroll
+  for (int half = kReduceRows / 2; half > 0; half /= 2) {
+    if (ty < half) sums[ty][tx] += sums[ty + half][tx];
+    __syncthreads();
+  }
+  if (ty == 0 && c < cols) {
+    T* out = blockIdx.y == 0 ? out0 : out1;
+    out[c] = from_float<T>(sums[0][tx]);
+  }
+}
+
+}  // namespace
+
+Status launch_reduce_partials(const char* op, const float* partials, int64_t units, int64_t cols,
+                              void* const* outputs, int accumulators, DType dtype,
+                              cudaStream_t stream) {
+  if (cols == 0) return Status();
+  return dispatch_float(op, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const dim3 grid(static_cast<unsigned>((cols + kReduceCols - 1) / kReduceCols),
+                    static_cast<unsigned>(accumulators));
+    reduce_partials_kernel<T><<<grid, kReduceCols * kReduceRows, 0, stream>>>(
+        partials, units, cols, static_cast<T*>(outputs[0]),
+        static_cast<T*>(accumulators > 1 ? outputs[1] : outputs[0]));
+    return check_launch(op, stream);
+  });
+}
+
+}  // namespace cudaops::detail::rowwise

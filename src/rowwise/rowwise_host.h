@@ -1,0 +1,114 @@
+#pragma once
+
+// Host side shared by the row-wise ops: argument checks, the choice between the cached and the
+// streamed kernels, launch sizes and the workspace plan of the backward passes.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cudaops/dtype.h"
+#include "cudaops/rowwise.h"
+#include "cudaops/status.h"
+
+namespace cudaops::detail::rowwise {
+
+/// rows >= 0 and cols >= 0.
+Status check_shape(const char* op, int64_t rows, int64_t cols);
+
+/// A matrix read or written when rows and cols are both > 0: not null, aligned to the element,
+/// row_stride >= cols, and its last element addressable.
+Status check_matrix(const char* op, const char* name, const void* data, int64_t row_stride,
+                    int64_t rows, int64_t cols, DType dtype);
+
+/// A vector of `count` elements of dtype (weight, bias, statistics) used when count > 0.
+Status check_vector(const char* op, const char* name, const void* data, int64_t count,
+                    DType dtype);
+
+/// eps > 0 and finite.
+Status check_eps(const char* op, float eps);
+
+/// True when the rows of the matrix all start on a 16-byte boundary.
+inline bool rows_aligned16(const void* data, int64_t row_stride, DType dtype) {
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && (row_stride * dtype_size(dtype)) % 16 == 0;
+}
+inline bool aligned16(const void* data) {
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0;
+}
+
+/// Elements in one 16-byte vector of dtype.
+inline int vec_elems(DType dtype) {
+  return static_cast<int>(16 / dtype_size(dtype));
+}
+
+/// The cached configurations, shortest rows first: kThreads threads per row, kVecs vectors each.
+struct CachedConfig {
+  int threads;
+  int vecs;
+};
+inline constexpr CachedConfig kCachedLadder[] = {{32, 1},   {32, 2},   {32, 4},  {128, 2},
+                                                 {128, 4},  {256, 4},  {512, 4}, {1024, 4}};
+inline constexpr int kCachedCount = sizeof(kCachedLadder) / sizeof(kCachedLadder[0]);
+
+/// Index into kCachedLadder of the smallest configuration holding cols elements of a row with
+/// `vec` elements per vector, considering the first `limit` entries; -1 when none does.
+inline int pick_cached(int64_t cols, int vec, int limit = kCachedCount) {
+  for (int i = 0; i < limit; ++i) {
+    if (static_cast<int64_t>(kCachedLadder[i].threads) * kCachedLadder[i].vecs * vec >= cols)
+      return i;
+  }
+  return -1;
+}
+
+/// Blocks of a grid-stride launch over `groups` row groups.
+inline unsigned grid_for(int64_t groups) {
+  constexpr int64_t kMaxGrid = int64_t{1} << 30;
+  return static_cast<unsigned>(groups < kMaxGrid ? (groups > 0 ? groups : 1) : kMaxGrid);
+}
+
+/// Threads of a streamed block for rows of `chunks` chunks: about four chunks per thread,
+/// a multiple of 32 from 64 to 1024.
+int streamed_threads(int64_t chunks);
+
+/// Multiprocessors of the current device, or a status when there is no usable device.
+Status current_sm_count(const char* op, int* count);
+
+/// Shared memory a block may opt into on the current device.
+Status current_smem_optin(const char* op, int* bytes);
+
+// ---------------------------------------------------------------------------------------------
+// The backward passes of the norms: each of `units` row units (a warp or a block) owns a
+// partial row of `accumulators` x cols float32 sums in the workspace, written once; a second
+// kernel adds the units' partial rows column by column in a fixed order.
+
+struct ParamGradPlan {
+  bool cached = false;   // the cached kernel (else the streamed one)
+  int config = -1;       // kCachedLadder index when cached
+  int threads = 0;       // block size of the streamed kernel
+  unsigned blocks = 0;   // persistent grid
+  int64_t units = 0;     // partial rows per accumulator
+  size_t smem = 0;       // dynamic shared memory of the streamed kernel (accumulators)
+  size_t workspace = 0;  // bytes
+};
+
+/// How many entries of kCachedLadder each op uses; longer rows are streamed. The limits keep
+/// every cached kernel free of register spills (the norms hold weights and accumulators too).
+inline constexpr int kSoftmaxCachedCount = 8;
+inline constexpr int kSoftmaxBackwardCachedCount = 7;
+inline constexpr int kNormCachedCount = 6;
+inline constexpr int kBackwardCachedCount = 5;
+
+/// Dynamic shared memory for a streamed kernel that keeps `arrays` rows of cols elements of
+/// dtype in shared memory between passes: the bytes, or 0 when they do not fit the device (the
+/// passes then re-read global memory). Sets the kernel's shared-memory limit accordingly.
+Status streamed_cache_bytes(const char* op, const void* kernel, int arrays, int64_t cols,
+                            DType dtype, size_t* bytes);
+
+/// Sums partials[u][c] over u < units (fixed order) into out[c] for each of `accumulators`
+/// consecutive [units][cols] arrays, out being the accumulators' output pointers. units == 0
+/// writes zeros.
+Status launch_reduce_partials(const char* op, const float* partials, int64_t units, int64_t cols,
+                              void* const* outputs, int accumulators, DType dtype,
+                              cudaStream_t stream);
+
+}  // namespace cudaops::detail::rowwise

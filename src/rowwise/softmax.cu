@@ -1,0 +1,270 @@
+// softmax and softmax_backward along the last axis.
+#include "core/dispatch.cuh"
+#include "core/launch.h"
+#include "core/validate.h"
+#include "cudaops/rowwise.h"
+#include "rowwise/row_common.cuh"
+#include "rowwise/rowwise_host.h"
+
+namespace cudaops {
+namespace detail::rowwise {
+namespace {
+
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// exp(v - max), with exp(-inf - max) = 0 even when max is -inf (a row of -inf then sums to 0
+// and its outputs are 0 / 0 = NaN, as in the reference).
+__device__ __forceinline__ float exp_shifted(float v, float max) {
+  return v == kNegInf ? 0.0f : __expf(v - max);
+}
+
+template <typename T, int kThreads, int kVecs, int N>
+__global__ void __launch_bounds__(kBlockThreads<kThreads>)
+    softmax_cached(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows, int cols) {
+  __shared__ float scratch[kWarp];
+  constexpr int kRows = kRowsPerBlock<kThreads>;
+  const int t = threadIdx.x % kThreads;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads;
+       row < rows; row += static_cast<int64_t>(gridDim.x) * kRows) {
+    Tile<T, kThreads, kVecs, N> tile;
+    tile.load(x + row * x_stride, cols, t, from_float<T>(kNegInf));
+    float max[1] = {kNegInf};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        max[0] = fmaxf(max[0], tile.get(j, e));
+    }
+    row_allreduce<kThreads>(max, scratch, MaxOp{});
+    float v[kVecs][N];
+    float sum[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        v[j][e] = exp_shifted(tile.get(j, e), max[0]);
+        sum[0] += v[j][e];
+      }
+    }
+    row_allreduce<kThreads>(sum, scratch, SumOp{});
+    const float inv = 1.0f / sum[0];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        v[j][e] *= inv;
+    }
+    store_tile<T, kThreads, kVecs, N>(y + row * y_stride, cols, t, v);
+  }
+}
+
+// `cached`: the row is kept in dynamic shared memory (cols elements) between the passes.
+template <typename T, int N>
+__global__ void __launch_bounds__(1024)
+    softmax_streamed(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows,
+                     int64_t cols, bool cached) {
+  extern __shared__ float4 dynamic_smem[];
+  T* cache = reinterpret_cast<T*>(dynamic_smem);
+  __shared__ float scratch[kWarp];
+  const int64_t step = static_cast<int64_t>(blockDim.x) * N;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* in = x + row * x_stride;
+    // Pass 1: this thread's running max and sum of exp(v - max), then merged across the block.
+    float max = kNegInf;
+    float sum = 0.0f;
+    for (int64_t c = threadIdx.x * static_cast<int64_t>(N); c < cols; c += step) {
+      float v[N];
+      load_chunk<T, N>(in, c, cols, v, kNegInf);
+      if (cached) store_chunk<T, N>(cache, c, cols, v);
+      float chunk_max = v[0];
+#pragma unroll
+      for (int e = 1; e < N; ++e)
+        chunk_max = fmaxf(chunk_max, v[e]);
+      const float new_max = fmaxf(max, chunk_max);
+      sum = max == new_max ? sum : sum * __expf(max - new_max);
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        sum += exp_shifted(v[e], new_max);
+      max = new_max;
+    }
+    float row_max[1] = {max};
+    block_allreduce(row_max, scratch, MaxOp{});
+    float row_sum[1] = {max == row_max[0] ? sum : sum * __expf(max - row_max[0])};
+    block_allreduce(row_sum, scratch, SumOp{});
+    const float inv = 1.0f / row_sum[0];
+    // Pass 2: the outputs.
+    T* out = y + row * y_stride;
+    for (int64_t c = threadIdx.x * static_cast<int64_t>(N); c < cols; c += step) {
+      float v[N];
+      reload_chunk<T, N>(in, cache, cached, c, cols, v, kNegInf);
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        v[e] = exp_shifted(v[e], row_max[0]) * inv;
+      store_chunk<T, N>(out, c, cols, v);
+    }
+  }
+}
+
+template <typename T, int kThreads, int kVecs, int N>
+__global__ void __launch_bounds__(kBlockThreads<kThreads>)
+    softmax_backward_cached(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
+                            int64_t dx_stride, int64_t rows, int cols) {
+  __shared__ float scratch[kWarp];
+  constexpr int kRows = kRowsPerBlock<kThreads>;
+  const int t = threadIdx.x % kThreads;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads;
+       row < rows; row += static_cast<int64_t>(gridDim.x) * kRows) {
+    Tile<T, kThreads, kVecs, N> ty, tdy;
+    ty.load(y + row * y_stride, cols, t, from_float<T>(0.0f));
+    tdy.load(dy + row * dy_stride, cols, t, from_float<T>(0.0f));
+    float dot[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        dot[0] = fmaf(ty.get(j, e), tdy.get(j, e), dot[0]);
+    }
+    row_allreduce<kThreads>(dot, scratch, SumOp{});
+    float v[kVecs][N];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        v[j][e] = ty.get(j, e) * (tdy.get(j, e) - dot[0]);
+    }
+    store_tile<T, kThreads, kVecs, N>(dx + row * dx_stride, cols, t, v);
+  }
+}
+
+// `cached`: y and dy are kept in dynamic shared memory (2 x cols elements) between the passes.
+template <typename T, int N>
+__global__ void __launch_bounds__(1024)
+    softmax_backward_streamed(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
+                              int64_t dx_stride, int64_t rows, int64_t cols, bool cached) {
+  extern __shared__ float4 dynamic_smem[];
+  T* cache_y = reinterpret_cast<T*>(dynamic_smem);
+  T* cache_dy = cache_y + padded_cols(cols);
+  __shared__ float scratch[kWarp];
+  const int64_t step = static_cast<int64_t>(blockDim.x) * N;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* yr = y + row * y_stride;
+    const T* dyr = dy + row * dy_stride;
+    float dot[1] = {0.0f};
+    for (int64_t c = threadIdx.x * static_cast<int64_t>(N); c < cols; c += step) {
+      float a[N], b[N];
+      load_chunk<T, N>(yr, c, cols, a, 0.0f);
+      load_chunk<T, N>(dyr, c, cols, b, 0.0f);
+      if (cached) {
+        store_chunk<T, N>(cache_y, c, cols, a);
+        store_chunk<T, N>(cache_dy, c, cols, b);
+      }
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        dot[0] = fmaf(a[e], b[e], dot[0]);
+    }
+    block_allreduce(dot, scratch, SumOp{});
+    T* out = dx + row * dx_stride;
+    for (int64_t c = threadIdx.x * static_cast<int64_t>(N); c < cols; c += step) {
+      float a[N], b[N];
+      reload_chunk<T, N>(yr, cache_y, cached, c, cols, a, 0.0f);
+      reload_chunk<T, N>(dyr, cache_dy, cached, c, cols, b, 0.0f);
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        a[e] = a[e] * (b[e] - dot[0]);
+      store_chunk<T, N>(out, c, cols, a);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace detail::rowwise
+
+using namespace detail::rowwise;  // NOLINT(google-build-using-namespace): this file's kernels
+
+Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType dtype,
+               cudaStream_t stream) {
+  constexpr const char* kOp = "softmax";
+  if (Status s = check_shape(kOp, rows, cols); !s.ok()) return s;
+  if (Status s = detail::check_float_dtype(kOp, "dtype", dtype); !s.ok()) return s;
+  if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (Status s = check_matrix(kOp, "y", y.data, y.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (rows == 0 || cols == 0) return Status();
+
+  return detail::dispatch_float(kOp, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = detail::kVec16<T>;
+    const T* in = static_cast<const T*>(x.data);
+    T* out = static_cast<T*>(y.data);
+    const bool aligned =
+        rows_aligned16(x.data, x.row_stride, dtype) && rows_aligned16(y.data, y.row_stride, dtype);
+    const int config = aligned ? pick_cached(cols, V, kSoftmaxCachedCount) : -1;
+    if (config >= 0) {
+      return with_cached_shape<kSoftmaxCachedCount>(config, [&](auto shape) {
+        using S = decltype(shape);
+        constexpr int kRows = kRowsPerBlock<S::threads>;
+        softmax_cached<T, S::threads, S::vecs, V>
+            <<<grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream>>>(
+                in, x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
+        return detail::check_launch(kOp, stream);
+      });
+    }
+    const int n = aligned ? V : 1;
+    auto kernel = aligned ? softmax_streamed<T, V> : softmax_streamed<T, 1>;
+    size_t smem = 0;
+    if (Status s = streamed_cache_bytes(kOp, reinterpret_cast<const void*>(kernel), 1, cols,
+                                        dtype, &smem);
+        !s.ok())
+      return s;
+    kernel<<<grid_for(rows), streamed_threads((cols + n - 1) / n), smem, stream>>>(
+        in, x.row_stride, out, y.row_stride, rows, cols, smem > 0);
+    return detail::check_launch(kOp, stream);
+  });
+}
+
+Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64_t rows,
+                        int64_t cols, DType dtype, cudaStream_t stream) {
+  constexpr const char* kOp = "softmax_backward";
+  if (Status s = check_shape(kOp, rows, cols); !s.ok()) return s;
+  if (Status s = detail::check_float_dtype(kOp, "dtype", dtype); !s.ok()) return s;
+  if (Status s = check_matrix(kOp, "y", y.data, y.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (Status s = check_matrix(kOp, "dy", dy.data, dy.row_stride, rows, cols, dtype); !s.ok())
+    return s;
+  if (Status s = check_matrix(kOp, "dx", dx.data, dx.row_stride, rows, cols, dtype); !s.ok())
+    return s;
+  if (rows == 0 || cols == 0) return Status();
+
+  return detail::dispatch_float(kOp, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = detail::kVec16<T>;
+    const T* py = static_cast<const T*>(y.data);
+    const T* pdy = static_cast<const T*>(dy.data);
+    T* pdx = static_cast<T*>(dx.data);
+    const bool aligned = rows_aligned16(y.data, y.row_stride, dtype) &&
+                         rows_aligned16(dy.data, dy.row_stride, dtype) &&
+                         rows_aligned16(dx.data, dx.row_stride, dtype);
+    const int config = aligned ? pick_cached(cols, V, kSoftmaxBackwardCachedCount) : -1;
+    if (config >= 0) {
+      return with_cached_shape<kSoftmaxBackwardCachedCount>(config, [&](auto shape) {
+        using S = decltype(shape);
+        constexpr int kRows = kRowsPerBlock<S::threads>;
+        softmax_backward_cached<T, S::threads, S::vecs, V>
+            <<<grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream>>>(
+                py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows,
+                static_cast<int>(cols));
+        return detail::check_launch(kOp, stream);
+      });
+    }
+    const int n = aligned ? V : 1;
+    auto kernel = aligned ? softmax_backward_streamed<T, V> : softmax_backward_streamed<T, 1>;
+    size_t smem = 0;
+    if (Status s = streamed_cache_bytes(kOp, reinterpret_cast<const void*>(kernel), 2, cols,
+                                        dtype, &smem);
+        !s.ok())
+      return s;
+    kernel<<<grid_for(rows), streamed_threads((cols + n - 1) / n), smem, stream>>>(
+        py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows, cols, smem > 0);
+    return detail::check_launch(kOp, stream);
+  });
+}
+
+}  // namespace cudaops

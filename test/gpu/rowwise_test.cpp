@@ -1,0 +1,500 @@
+// The row-wise ops on the device against the double-precision references: every op, dtype and
+// row length through the harness descriptors (strided and misaligned too), then in place,
+// determinism, graph capture, special values, bad device arguments and more than 2^31 elements.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "cudaops/rowwise.h"
+#include "harness/cuda_util.h"
+#include "harness/device_buffer.h"
+#include "harness/registry.h"
+#include "reference/compare.h"
+#include "reference/rowwise.h"
+#include "support/device_fill.h"
+
+namespace cudaops {
+namespace {
+
+using harness::DeviceArray;
+using harness::DeviceBuffer;
+using ref::HostArray;
+using ref::RowShape;
+using R = ref::RowwiseResult;
+
+constexpr DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+const char* const kOps[] = {"softmax",  "softmax_backward",  "layer_norm",        "layer_norm_backward",
+                            "rms_norm", "rms_norm_backward", "fused_add_rms_norm"};
+
+struct Case {
+  std::string op;
+  DType dtype = DType::kFloat32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t pad = 0;
+  int64_t offset = 0;
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) {
+  return os << c.op << " " << dtype_name(c.dtype) << " rows=" << c.rows << " cols=" << c.cols
+            << " pad=" << c.pad << " offset=" << c.offset;
+}
+
+::testing::AssertionResult CheckCase(const Case& c, cudaStream_t stream) {
+  const harness::OpDescriptor* op = harness::find_op(c.op);
+  if (op == nullptr) return ::testing::AssertionFailure() << "no descriptor " << c.op;
+  harness::CaseConfig config;
+  config.dtype = c.dtype;
+  config.dims = {{"rows", c.rows}, {"cols", c.cols}, {"pad", c.pad}};
+  config.seed = static_cast<uint64_t>(c.rows * 31 + c.cols * 7 + c.pad + c.offset * 3 + 1);
+  config.offset = c.offset;
+  std::unique_ptr<harness::OpCase> op_case;
+  Status status = op->make_case(config, &op_case);
+  if (!status.ok()) return ::testing::AssertionFailure() << c << ": " << status.to_string();
+  ref::CompareResult result;
+  status = op_case->check(stream, &result);
+  if (!status.ok()) return ::testing::AssertionFailure() << c << ": " << status.to_string();
+  if (!result.ok()) return ::testing::AssertionFailure() << c << ": " << result.describe();
+  return ::testing::AssertionSuccess();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every op, dtype and row length: cached and streamed kernels, vector and scalar paths.
+
+class RowwiseShapes : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RowwiseShapes, MatchesReference) {
+  EXPECT_TRUE(CheckCase(GetParam(), nullptr));
+}
+
+std::vector<Case> ShapeCases() {
+  std::vector<Case> cases;
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{37, 1},    {37, 3},    {37, 127},  {37, 199},   {37, 1000},
+                          {19, 4096}, {19, 4097}, {9, 16384}, {5, 32768},  {3, 65536},
+                          {3, 262144}, {0, 100},  {5, 0},     {3001, 199}, {263, 4096}};
+  for (const char* op : kOps) {
+    for (DType dtype : kDtypes) {
+      for (const Shape& s : shapes) {
+        cases.push_back({op, dtype, s.rows, s.cols, 0, 0});
+        // A row stride past cols (misaligned unless pad keeps 16 bytes), and misaligned pointers.
+        if (s.rows > 1 && (s.cols == 3 || s.cols == 199 || s.cols == 4097 || s.cols == 32768)) {
+          cases.push_back({op, dtype, s.rows, s.cols, 5, 0});
+          cases.push_back({op, dtype, s.rows, s.cols, 16, 0});
+          cases.push_back({op, dtype, s.rows, s.cols, 0, 1});
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseShapes, ::testing::ValuesIn(ShapeCases()));
+
+class RowwiseOps : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(RowwiseOps, NonDefaultStream) {
+  harness::Stream stream;
+  ASSERT_TRUE(stream.create().ok());
+  for (DType dtype : kDtypes) {
+    EXPECT_TRUE(CheckCase({GetParam(), dtype, 513, 1000, 0, 0}, stream.get()));
+    EXPECT_TRUE(CheckCase({GetParam(), dtype, 7, 40000, 3, 0}, stream.get()));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseOps, ::testing::ValuesIn(kOps),
+                         [](const auto& info) { return std::string(info.param); });
+
+// ---------------------------------------------------------------------------------------------
+// Direct calls: data made here, results compared here.
+
+struct Matrix {
+  HostArray host;
+  DeviceArray device;
+  RowShape shape;
+
+  Status make(DType dtype, RowShape s, uint64_t seed, int64_t offset = 0) {
+    shape = s;
+    host = HostArray(dtype, s.rows * s.row_stride);
+    ref::fill_random(host, seed);
+    Status status = device.allocate(dtype, host.size(), offset);
+    if (status.ok()) status = device.upload(host, nullptr);
+    return status;
+  }
+  Status reset() { return device.upload(host, nullptr); }
+  ConstMatrixRef in() const { return {device.data(), shape.row_stride}; }
+  MatrixRef out() { return {device.data(), shape.row_stride}; }
+  HostArray rows_now(cudaStream_t stream = nullptr) const {
+    HostArray got;
+    EXPECT_TRUE(device.download(&got, stream).ok());
+    return ref::dense_rows(got, shape);
+  }
+};
+
+::testing::AssertionResult Close(const HostArray& got, const std::vector<double>& want, R kind) {
+  const ref::CompareResult r =
+      ref::compare(got, want, ref::rowwise_tolerance(got.dtype(), kind, want));
+  if (r.ok()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << r.describe();
+}
+
+class RowwiseDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(RowwiseDtype, InPlace) {
+  const DType dtype = GetParam();
+  for (int64_t cols : {199, 1000, 4096, 50000}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const RowShape s{33, cols, cols};
+    Matrix x, dy, weight, bias;
+    ASSERT_TRUE(x.make(dtype, s, 1).ok());
+    ASSERT_TRUE(dy.make(dtype, s, 2).ok());
+    ASSERT_TRUE(weight.make(dtype, {1, cols, cols}, 3).ok());
+    ASSERT_TRUE(bias.make(dtype, {1, cols, cols}, 4).ok());
+
+    // softmax, y = x
+    ASSERT_TRUE(softmax(x.in(), x.out(), s.rows, cols, dtype, nullptr).ok());
+    EXPECT_TRUE(Close(x.rows_now(), ref::softmax(x.host, s), R::kValues)) << "softmax";
+    // softmax_backward, dx = dy (y is the softmax just computed)
+    HostArray y = x.rows_now();
+    ASSERT_TRUE(softmax_backward(x.in(), dy.in(), dy.out(), s.rows, cols, dtype, nullptr).ok());
+    EXPECT_TRUE(Close(dy.rows_now(), ref::softmax_backward(y, dy.host, s), R::kGradient))
+        << "softmax_backward";
+    // layer_norm and rms_norm, y = x
+    ASSERT_TRUE(x.reset().ok());
+    ASSERT_TRUE(layer_norm(x.in(), weight.device.data(), bias.device.data(), x.out(), nullptr,
+                           nullptr, s.rows, cols, 1e-5f, dtype, nullptr)
+                    .ok());
+    EXPECT_TRUE(Close(x.rows_now(), ref::layer_norm(x.host, weight.host, bias.host, s, 1e-5).y,
+                      R::kValues))
+        << "layer_norm";
+    ASSERT_TRUE(x.reset().ok());
+    ASSERT_TRUE(
+        rms_norm(x.in(), weight.device.data(), x.out(), nullptr, s.rows, cols, 1e-6f, dtype, nullptr)
+            .ok());
+    EXPECT_TRUE(Close(x.rows_now(), ref::rms_norm(x.host, weight.host, s, 1e-6).y, R::kValues))
+        << "rms_norm";
+
+    // rms_norm_backward, dx = dy
+    ASSERT_TRUE(x.reset().ok());
+    ASSERT_TRUE(dy.reset().ok());
+    const ref::NormForward f = ref::rms_norm(x.host, weight.host, s, 1e-6);
+    HostArray rstd_host(DType::kFloat32, s.rows);
+    std::vector<float> rstd(f.rstd.begin(), f.rstd.end());
+    for (int64_t r = 0; r < s.rows; ++r)
+      rstd_host.set(r, rstd[r]);
+    DeviceArray rstd_device, dweight;
+    ASSERT_TRUE(rstd_device.allocate(DType::kFloat32, s.rows).ok());
+    ASSERT_TRUE(rstd_device.upload(rstd_host, nullptr).ok());
+    ASSERT_TRUE(dweight.allocate(dtype, cols).ok());
+    size_t bytes = 0;
+    ASSERT_TRUE(rms_norm_backward_workspace_size(s.rows, cols, dtype, &bytes).ok());
+    DeviceBuffer workspace;
+    ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
+    ASSERT_TRUE(rms_norm_backward(dy.in(), x.in(), weight.device.data(),
+                                  static_cast<const float*>(rstd_device.data()), dy.out(),
+                                  dweight.data(), workspace.get(), bytes, s.rows, cols, dtype,
+                                  nullptr)
+                    .ok());
+    const ref::NormBackward g = ref::rms_norm_backward(dy.host, x.host, weight.host, rstd, s);
+    EXPECT_TRUE(Close(dy.rows_now(), g.dx, R::kGradient)) << "rms_norm_backward dx";
+    HostArray dw;
+    ASSERT_TRUE(dweight.download(&dw, nullptr).ok());
+    EXPECT_TRUE(Close(dw, g.dweight, R::kParamGradient)) << "rms_norm_backward dweight";
+  }
+}
+
+// The same call twice gives the same bits: dx, dweight and dbias.
+TEST_P(RowwiseDtype, BackwardIsDeterministic) {
+  const DType dtype = GetParam();
+  for (int64_t cols : {1000, 4096, 32768}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const int64_t rows = cols == 32768 ? 600 : 4099;
+    const RowShape s{rows, cols, cols};
+    Matrix x, dy, weight;
+    ASSERT_TRUE(x.make(dtype, s, 5).ok());
+    ASSERT_TRUE(dy.make(dtype, s, 6).ok());
+    ASSERT_TRUE(weight.make(dtype, {1, cols, cols}, 7).ok());
+    DeviceArray mean, rstd, dx, dweight, dbias;
+    ASSERT_TRUE(mean.allocate(DType::kFloat32, rows).ok());
+    ASSERT_TRUE(rstd.allocate(DType::kFloat32, rows).ok());
+    ASSERT_TRUE(dx.allocate(dtype, rows * cols).ok());
+    ASSERT_TRUE(dweight.allocate(dtype, cols).ok());
+    ASSERT_TRUE(dbias.allocate(dtype, cols).ok());
+    // Real statistics, from the forward pass.
+    DeviceArray y;
+    ASSERT_TRUE(y.allocate(dtype, rows * cols).ok());
+    ASSERT_TRUE(layer_norm(x.in(), weight.device.data(), weight.device.data(),
+                           {y.data(), cols}, static_cast<float*>(mean.data()),
+                           static_cast<float*>(rstd.data()), rows, cols, 1e-5f, dtype, nullptr)
+                    .ok());
+    size_t bytes = 0;
+    ASSERT_TRUE(layer_norm_backward_workspace_size(rows, cols, dtype, &bytes).ok());
+    DeviceBuffer workspace;
+    ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
+    HostArray first[3], second[3];
+    for (HostArray* out : {first, second}) {
+      ASSERT_TRUE(dx.poison(nullptr).ok());
+      ASSERT_TRUE(dweight.poison(nullptr).ok());
+      ASSERT_TRUE(dbias.poison(nullptr).ok());
+      ASSERT_TRUE(layer_norm_backward(dy.in(), x.in(), weight.device.data(),
+                                      static_cast<const float*>(mean.data()),
+                                      static_cast<const float*>(rstd.data()), {dx.data(), cols},
+                                      dweight.data(), dbias.data(), workspace.get(), bytes, rows,
+                                      cols, dtype, nullptr)
+                      .ok());
+      ASSERT_TRUE(dx.download(&out[0], nullptr).ok());
+      ASSERT_TRUE(dweight.download(&out[1], nullptr).ok());
+      ASSERT_TRUE(dbias.download(&out[2], nullptr).ok());
+    }
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(first[i].size_bytes(), second[i].size_bytes());
+      EXPECT_EQ(std::memcmp(first[i].data(), second[i].data(),
+                            static_cast<size_t>(first[i].size_bytes())),
+                0)
+          << "output " << i << " differs between two runs";
+    }
+    // And rms_norm_backward.
+    ASSERT_TRUE(rms_norm_backward_workspace_size(rows, cols, dtype, &bytes).ok());
+    HostArray w1, w2;
+    for (HostArray* out : {&w1, &w2}) {
+      ASSERT_TRUE(dweight.poison(nullptr).ok());
+      ASSERT_TRUE(rms_norm_backward(dy.in(), x.in(), weight.device.data(),
+                                    static_cast<const float*>(rstd.data()), {dx.data(), cols},
+                                    dweight.data(), workspace.get(), bytes, rows, cols, dtype,
+                                    nullptr)
+                      .ok());
+      ASSERT_TRUE(dweight.download(out, nullptr).ok());
+    }
+    EXPECT_EQ(std::memcmp(w1.data(), w2.data(), static_cast<size_t>(w1.size_bytes())), 0);
+  }
+}
+
+TEST_P(RowwiseDtype, GraphCapture) {
+  const DType dtype = GetParam();
+  harness::Stream stream;
+  ASSERT_TRUE(stream.create().ok());
+  for (int64_t cols : {1000, 40000}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const RowShape s{65, cols, cols};
+    Matrix x, y, residual, weight;
+    ASSERT_TRUE(x.make(dtype, s, 8).ok());
+    ASSERT_TRUE(y.make(dtype, s, 9).ok());
+    ASSERT_TRUE(residual.make(dtype, s, 10).ok());
+    ASSERT_TRUE(weight.make(dtype, {1, cols, cols}, 11).ok());
+    size_t bytes = 0;
+    ASSERT_TRUE(rms_norm_backward_workspace_size(s.rows, cols, dtype, &bytes).ok());
+    DeviceBuffer workspace;
+    ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
+    DeviceArray rstd, dweight;
+    ASSERT_TRUE(rstd.allocate(DType::kFloat32, s.rows).ok());
+    ASSERT_TRUE(dweight.allocate(dtype, cols).ok());
+    ASSERT_TRUE(y.device.poison(stream.get()).ok());
+
+    // Captured: softmax into y, then rms_norm_backward (dy = y, in place), then the fused op.
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+    const Status s1 = softmax(x.in(), y.out(), s.rows, cols, dtype, stream.get());
+    const Status s2 = rms_norm(x.in(), weight.device.data(), MatrixRef{nullptr, 0},
+                               static_cast<float*>(rstd.data()), 0, cols, 1e-6f, dtype,
+                               stream.get());
+    const Status s3 = fused_add_rms_norm(x.out(), residual.out(), weight.device.data(), s.rows,
+                                         cols, 1e-6f, dtype, stream.get());
+    const Status s4 = rms_norm_backward(y.in(), residual.in(), weight.device.data(),
+                                        static_cast<const float*>(rstd.data()), y.out(),
+                                        dweight.data(), workspace.get(), bytes, s.rows, cols,
+                                        dtype, stream.get());
+    ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+    ASSERT_TRUE(s1.ok()) << s1.to_string();
+    ASSERT_TRUE(s2.ok()) << s2.to_string();
+    ASSERT_TRUE(s3.ok()) << s3.to_string();
+    ASSERT_TRUE(s4.ok()) << s4.to_string();
+    // rstd comes from the fused op's residual: computed here on the host, uploaded before launch.
+    const ref::FusedAddRmsNorm fused =
+        ref::fused_add_rms_norm(x.host, residual.host, weight.host, s, 1e-6);
+    HostArray res_stored(dtype, s.rows * cols);
+    for (int64_t i = 0; i < s.rows * cols; ++i)
+      res_stored.set(i, fused.residual[i]);
+    const ref::NormForward f = ref::rms_norm(res_stored, weight.host, s, 1e-6);
+    std::vector<float> rstd_f(f.rstd.begin(), f.rstd.end());
+    HostArray rstd_host(DType::kFloat32, s.rows);
+    for (int64_t r = 0; r < s.rows; ++r)
+      rstd_host.set(r, rstd_f[r]);
+    ASSERT_TRUE(rstd.upload(rstd_host, stream.get()).ok());
+
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+
+    const std::vector<double> y_want = ref::softmax(x.host, s);
+    HostArray y_stored(dtype, s.rows * cols);
+    for (int64_t i = 0; i < s.rows * cols; ++i)
+      y_stored.set(i, y_want[i]);
+    EXPECT_TRUE(Close(x.rows_now(stream.get()), fused.y, R::kValues)) << "fused x";
+    EXPECT_TRUE(Close(residual.rows_now(stream.get()), fused.residual, R::kValues))
+        << "fused residual";
+    const ref::NormBackward g = ref::rms_norm_backward(y_stored, res_stored, weight.host, rstd_f, s);
+    EXPECT_TRUE(Close(y.rows_now(stream.get()), g.dx, R::kGradient)) << "rms_norm_backward dx";
+    HostArray dw;
+    ASSERT_TRUE(dweight.download(&dw, stream.get()).ok());
+    EXPECT_TRUE(Close(dw, g.dweight, R::kParamGradient)) << "rms_norm_backward dweight";
+  }
+}
+
+// Softmax on rows with large magnitudes, -inf entries, all-equal values and a row of -inf.
+TEST_P(RowwiseDtype, SoftmaxSpecialValues) {
+  const DType dtype = GetParam();
+  const double inf = std::numeric_limits<double>::infinity();
+  const double big = dtype == DType::kFloat16 ? 30000.0 : 1e30;
+  for (int64_t cols : {7, 1000, 4097, 40000}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const RowShape s{6, cols, cols};
+    Matrix x, y;
+    ASSERT_TRUE(x.make(dtype, s, 12).ok());
+    ASSERT_TRUE(y.make(dtype, s, 13).ok());
+    for (int64_t c = 0; c < cols; ++c) {
+      x.host.set(0 * cols + c, x.host.get(0 * cols + c) * big / 2);      // large magnitudes
+      x.host.set(1 * cols + c, c % 3 == 0 ? -inf : x.host.get(cols + c));  // some -inf
+      x.host.set(2 * cols + c, 0.75);                                    // all equal
+      x.host.set(3 * cols + c, -inf);                                    // all -inf: NaN
+      x.host.set(4 * cols + c, c == cols / 2 ? big : -big);              // one hot
+      x.host.set(5 * cols + c, c % 2 ? -big : x.host.get(5 * cols + c));
+    }
+    ASSERT_TRUE(x.reset().ok());
+    ASSERT_TRUE(y.device.poison(nullptr).ok());
+    ASSERT_TRUE(softmax(x.in(), y.out(), s.rows, cols, dtype, nullptr).ok());
+    EXPECT_TRUE(Close(y.rows_now(), ref::softmax(x.host, s), R::kValues));
+  }
+}
+
+TEST_P(RowwiseDtype, BadDeviceArguments) {
+  const DType dtype = GetParam();
+  DeviceArray a, b;
+  ASSERT_TRUE(a.allocate(dtype, 4096).ok());
+  ASSERT_TRUE(b.allocate(dtype, 4096).ok());
+  ASSERT_TRUE(b.poison(nullptr).ok());
+  void* odd = static_cast<char*>(a.data()) + 1;
+  EXPECT_EQ(softmax({odd, 64}, {b.data(), 64}, 4, 64, dtype, nullptr).code(),
+            StatusCode::kMisaligned);
+  EXPECT_EQ(rms_norm({a.data(), 64}, odd, {b.data(), 64}, nullptr, 4, 64, 1e-6f, dtype, nullptr)
+                .code(),
+            StatusCode::kMisaligned);
+  size_t bytes = 0;
+  ASSERT_TRUE(rms_norm_backward_workspace_size(64, 64, dtype, &bytes).ok());
+  ASSERT_GT(bytes, 0u);
+  DeviceBuffer workspace;
+  ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
+  DeviceArray rstd;
+  ASSERT_TRUE(rstd.allocate(DType::kFloat32, 64).ok());
+  const Status small = rms_norm_backward(
+      {a.data(), 64}, {a.data(), 64}, a.data(), static_cast<const float*>(rstd.data()),
+      {b.data(), 64}, b.data(), workspace.get(), bytes - 1, 64, 64, dtype, nullptr);
+  EXPECT_EQ(small.code(), StatusCode::kWorkspaceTooSmall) << small.to_string();
+  // Nothing was written.
+  HostArray got;
+  ASSERT_TRUE(b.download(&got, nullptr).ok());
+  const auto* bytes_got = static_cast<const unsigned char*>(got.data());
+  for (int64_t i = 0; i < got.size_bytes(); ++i)
+    ASSERT_EQ(bytes_got[i], 0xff) << "byte " << i << " was written";
+}
+
+// rows == 0 with cols > 0: the parameter gradients are zeros.
+TEST_P(RowwiseDtype, NoRowsGivesZeroParamGradients) {
+  const DType dtype = GetParam();
+  DeviceArray dweight, dbias;
+  ASSERT_TRUE(dweight.allocate(dtype, 300).ok());
+  ASSERT_TRUE(dbias.allocate(dtype, 300).ok());
+  ASSERT_TRUE(dweight.poison(nullptr).ok());
+  ASSERT_TRUE(dbias.poison(nullptr).ok());
+  size_t bytes = 1;
+  ASSERT_TRUE(layer_norm_backward_workspace_size(0, 300, dtype, &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+  ASSERT_TRUE(layer_norm_backward({nullptr, 0}, {nullptr, 0}, nullptr, nullptr, nullptr,
+                                  {nullptr, 0}, dweight.data(), dbias.data(), nullptr, 0, 0, 300,
+                                  dtype, nullptr)
+                  .ok());
+  for (DeviceArray* a : {&dweight, &dbias}) {
+    HostArray got;
+    ASSERT_TRUE(a->download(&got, nullptr).ok());
+    for (int64_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got.get(i), 0.0) << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDtypes, RowwiseDtype, ::testing::ValuesIn(kDtypes),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// ---------------------------------------------------------------------------------------------
+// More than 2^31 elements: data made on the device, sampled rows checked on the host.
+
+void CheckSampledRows(DType dtype, const DeviceArray& out, int64_t rows, int64_t cols,
+                      uint64_t seed, bool layer) {
+  const int64_t sample[] = {0, 1, rows / 2, (int64_t{1} << 31) / cols + 1, rows - 2, rows - 1};
+  for (int64_t r : sample) {
+    HostArray x(dtype, cols), got(dtype, cols);
+    for (int64_t c = 0; c < cols; ++c)
+      x.set(c, testing::hashed_value(seed, r * cols + c));
+    const size_t size = static_cast<size_t>(dtype_size(dtype));
+    ASSERT_EQ(cudaMemcpy(got.data(), static_cast<const char*>(out.data()) + r * cols * size,
+                         cols * size, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    HostArray ones(dtype, cols), zeros(dtype, cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      ones.set(c, 1.0);
+      zeros.set(c, 0.0);
+    }
+    const std::vector<double> want = layer
+                                         ? ref::layer_norm(x, ones, zeros, {1, cols, cols}, 1e-5).y
+                                         : ref::softmax(x, {1, cols, cols});
+    EXPECT_TRUE(Close(got, want, R::kValues)) << "row " << r;
+  }
+}
+
+TEST(RowwiseHuge, BeyondTwoToThe31Elements) {
+  const DType dtype = DType::kFloat16;
+  for (int64_t cols : {4096, 100000}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    const int64_t rows = (int64_t{1} << 31) / cols + 3;
+    const int64_t n = rows * cols;
+    size_t free_bytes = 0, total_bytes = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+    if (static_cast<int64_t>(free_bytes) < 2 * n * 2 + (int64_t{1} << 30)) {
+      GTEST_SKIP() << "needs " << 2 * n * 2 / (1 << 20) << " MiB of device memory";
+    }
+    DeviceArray x, y, weight, bias;
+    ASSERT_TRUE(x.allocate(dtype, n).ok());
+    ASSERT_TRUE(y.allocate(dtype, n).ok());
+    ASSERT_TRUE(weight.allocate(dtype, cols).ok());
+    ASSERT_TRUE(bias.allocate(dtype, cols).ok());
+    HostArray ones(dtype, cols), zeros(dtype, cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      ones.set(c, 1.0);
+      zeros.set(c, 0.0);
+    }
+    ASSERT_TRUE(weight.upload(ones, nullptr).ok());
+    ASSERT_TRUE(bias.upload(zeros, nullptr).ok());
+    ASSERT_TRUE(testing::fill_hashed(x.data(), dtype, n, 21, nullptr).ok());
+    ASSERT_TRUE(y.poison(nullptr).ok());
+    ASSERT_TRUE(softmax({x.data(), cols}, {y.data(), cols}, rows, cols, dtype, nullptr).ok());
+    CheckSampledRows(dtype, y, rows, cols, 21, false);
+    ASSERT_TRUE(y.poison(nullptr).ok());
+    ASSERT_TRUE(layer_norm({x.data(), cols}, weight.data(), bias.data(), {y.data(), cols}, nullptr,
+                           nullptr, rows, cols, 1e-5f, dtype, nullptr)
+                    .ok());
+    CheckSampledRows(dtype, y, rows, cols, 21, true);
+  }
+}
+
+}  // namespace
+}  // namespace cudaops
