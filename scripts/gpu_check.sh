@@ -7,7 +7,8 @@
 # Python: builds the wheel (release architectures, pip without build isolation, so scikit-build-core
 # and pybind11 must be installed), installs it into build/python-site, runs the pytest suite
 # (torch, CuPy, JAX and Numba parts each skipped when not importable), the per-call overhead
-# bench, and the CuPy part of the suite under compute-sanitizer memcheck.
+# bench, the row-wise ops next to torch eager and torch.compile, and the CuPy part of the suite
+# under compute-sanitizer memcheck.
 # Everything is written under LOG_DIR (default build/gpu-check), with RESULTS.md, the section to
 # record in bench/RESULTS.md. Exit status: non-zero if any step failed. Set CUDAOPS_COMMIT when the
 # tree carries no .git (the commit is then read from it); PYTHON picks the interpreter.
@@ -46,7 +47,15 @@ check_cpp() {
   local cli=build/gpu/apps/cudaops
   $cli info | tee "$log/info.txt"
   echo "== bench"
-  if ! $cli bench --check --markdown | tee "$log/bench.md"; then failed=1; fi
+  # Elementwise: every dtype, aligned and misaligned, checked. Row-wise: every dtype at the
+  # standard shapes (checked by the GPU tests; a host reference of 2^27 elements per case would
+  # take minutes).
+  if ! $cli bench add add_scalar --check --markdown | tee "$log/bench.md"; then failed=1; fi
+  echo >> "$log/bench.md"
+  if ! $cli bench softmax softmax_backward layer_norm layer_norm_backward rms_norm \
+      rms_norm_backward fused_add_rms_norm --offsets 0 --markdown | tee -a "$log/bench.md"; then
+    failed=1
+  fi
   if [ -x build/gpu/bench/cudaops_bench ]; then
     step gbench build/gpu/bench/cudaops_bench --benchmark_out="$log/gbench.json" \
       --benchmark_out_format=json
@@ -71,6 +80,8 @@ check_python() {
   grep -E "passed|failed" "$log/pytest.log" | tail -1
   PYTHONPATH=$site step overhead "$py" bench/python_overhead.py
   cp "$log/overhead.log" "$log/python_overhead.md"
+  PYTHONPATH=$site step rowwise-torch "$py" bench/rowwise_torch.py
+  cp "$log/rowwise-torch.log" "$log/rowwise_torch.md"
   if command -v compute-sanitizer > /dev/null; then
     PYTHONPATH=$site step py-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
       "$py" -m pytest test/python/test_gpu_frameworks.py -q -p no:cacheprovider -k cupy
@@ -102,6 +113,8 @@ device=$(sed -n 's/^device 0: //p' "$log/info.txt")
     echo "pytest: $(grep -E '(passed|failed)' "$log/pytest.log" | tail -1)"
     echo
     cat "$log/python_overhead.md" 2>/dev/null
+    echo
+    cat "$log/rowwise_torch.md" 2>/dev/null
   fi
 } > "$log/RESULTS.md"
 echo "== wrote $log/RESULTS.md"

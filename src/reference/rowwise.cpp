@@ -176,27 +176,32 @@ Tolerance rowwise_tolerance(DType dtype, RowwiseResult kind, const std::vector<d
   for (double v : want) {
     if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
   }
-  const double ulp = rounding_tolerance(dtype).rel;
-  double arithmetic = 0x1.0p-19;  // a few float32 roundings and the approximate exp/rsqrt
-  double floor_fraction = 0x1.0p-12;
+  const Tolerance rounding = rounding_tolerance(kind == RowwiseResult::kStatistics
+                                                  ? DType::kFloat32
+                                                  : dtype);
+  // Relative: one rounding to the dtype plus a few float32 roundings and the approximate
+  // exp/rsqrt. Values far below the largest carry the absolute error of the float32 sums and
+  // differences they come from, and the dtype's subnormals have absolute spacing: below the floor
+  // the error is judged against it.
+  double arithmetic = 0x1.0p-19;
+  double floor_fraction = 0x1.0p-4;
   switch (kind) {
     case RowwiseResult::kValues:
+      floor_fraction = 0x1.0p-2;
       break;
     case RowwiseResult::kStatistics:
       arithmetic = 0x1.0p-18;
+      floor_fraction = 0x1.0p-2;
       break;
     case RowwiseResult::kGradient:
       arithmetic = 0x1.0p-16;
-      floor_fraction = 0x1.0p-10;
       break;
     case RowwiseResult::kParamGradient:
       arithmetic = 0x1.0p-14;
-      floor_fraction = 0x1.0p-10;
       break;
   }
-  // Statistics are float32 whatever the dtype; the others are rounded once to the dtype.
-  const double rel = (kind == RowwiseResult::kStatistics ? 0.0 : ulp) + arithmetic;
-  const double floor = std::max(largest * floor_fraction, 0x1.0p-126);
+  const double rel = rounding.rel + arithmetic;
+  const double floor = std::max(largest * floor_fraction, rounding.floor);
   return {rel, floor};
 }
 

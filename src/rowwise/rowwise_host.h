@@ -93,7 +93,7 @@ struct ParamGradPlan {
 
 /// How many entries of kCachedLadder each op uses; longer rows are streamed. The limits keep
 /// every cached kernel free of register spills (the norms hold weights and accumulators too).
-inline constexpr int kSoftmaxCachedCount = 8;
+inline constexpr int kSoftmaxCachedCount = 7;
 inline constexpr int kSoftmaxBackwardCachedCount = 7;
 inline constexpr int kNormCachedCount = 6;
 inline constexpr int kBackwardCachedCount = 5;

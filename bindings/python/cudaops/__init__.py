@@ -19,6 +19,13 @@ from ._core import (
     cuda_architectures,
     cuda_runtime_version,
     device_count,
+    fused_add_rms_norm,
+    layer_norm,
+    layer_norm_backward,
+    rms_norm,
+    rms_norm_backward,
+    softmax,
+    softmax_backward,
 )
 
 __all__ = [
@@ -30,4 +37,11 @@ __all__ = [
     "cuda_architectures",
     "cuda_runtime_version",
     "device_count",
+    "fused_add_rms_norm",
+    "layer_norm",
+    "layer_norm_backward",
+    "rms_norm",
+    "rms_norm_backward",
+    "softmax",
+    "softmax_backward",
 ]

@@ -759,14 +759,38 @@ int CallContext::prepare(std::initializer_list<const ArrayView*> arrays) {
 void* CallContext::output_data(const ArrayView* out, const std::vector<int64_t>& shape,
                                DType dtype) {
   if (out != nullptr) return out->data;
-  result_ = std::make_unique<Array>(shape, dtype, device_ < 0 ? 0 : device_, stream_.handle, op_);
-  return result_->data();
+  results_.push_back(
+      std::make_unique<Array>(shape, dtype, device_ < 0 ? 0 : device_, stream_.handle, op_));
+  return results_.back()->data();
+}
+
+void* CallContext::scratch(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const auto words = static_cast<int64_t>((bytes + 3) / 4);
+  scratch_.push_back(std::make_unique<Array>(std::vector<int64_t>{words}, DType::kFloat32,
+                                             device_ < 0 ? 0 : device_, stream_.handle, op_));
+  return scratch_.back()->data();
+}
+
+void CallContext::mark_done() {
+  if (done_) return;
+  done_ = true;
+  for (auto& array : results_)
+    array->mark_ready(stream_.handle, op_);
+  // Scratch memory is freed after this event, that is after the op's work.
+  for (auto& array : scratch_)
+    array->mark_ready(stream_.handle, op_);
 }
 
 py::object CallContext::finish(py::handle out, py::handle like) {
+  mark_done();
   if (!out.is_none()) return py::reinterpret_borrow<py::object>(out);
-  result_->mark_ready(stream_.handle, op_);
-  py::object array = py::cast(std::move(result_));
+  return take_result(0, like);
+}
+
+py::object CallContext::take_result(size_t index, py::handle like) {
+  mark_done();
+  py::object array = py::cast(std::move(results_.at(index)));
   return as_kind_of(array, like);
 }
 

@@ -76,19 +76,30 @@ class CallContext {
   void require_same_dtype(const ArrayView& reference, const ArrayView& view) const;
   void require_floating(const ArrayView& view) const;
 
-  /// The result: `out` when given (already checked), else a new Array of shape x dtype.
+  /// The result: `out` when given (already checked), else a new Array of shape x dtype (new
+  /// results are numbered in the order they are made, from 0).
   void* output_data(const ArrayView* out, const std::vector<int64_t>& shape, DType dtype);
+
+  /// Device memory for this call only (the op's workspace): freed once the call's work is done.
+  void* scratch(size_t bytes);
 
   /// After a successful launch: `out` itself when given; else the new array, as the same kind of
   /// array as `like` (torch, CuPy, JAX, Numba), or the cudaops.Array itself.
   py::object finish(py::handle out, py::handle like);
+
+  /// After a successful launch: new result `index`, as the same kind of array as `like`.
+  py::object take_result(size_t index, py::handle like);
 
  private:
   const char* op_;
   StreamArg stream_;
   int device_ = -1;
   std::optional<DeviceGuard> guard_;
-  std::unique_ptr<Array> result_;
+  void mark_done();
+
+  std::vector<std::unique_ptr<Array>> results_;
+  std::vector<std::unique_ptr<Array>> scratch_;
+  bool done_ = false;
 };
 
 /// Turns a cudaops.Array into the same kind of array as `like`, zero-copy, without importing

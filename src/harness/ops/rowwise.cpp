@@ -303,8 +303,8 @@ OpDescriptor rowwise_descriptor(const char* name, const char* summary, Kind kind
   op.dims = {{"rows", "number of rows", 4096},
              {"cols", "elements per row (the reduced axis)", 4096},
              {"pad", "row stride minus cols, for every matrix", 0}};
-  for (int64_t cols : {128, 1000, 1024, 4096, 8192, 32768}) {
-    op.bench_shapes.push_back({{"rows", (int64_t{1} << 27) / cols}, {"cols", cols}, {"pad", 0}});
+  for (int64_t cols : {1024, 4096, 32768}) {
+    op.bench_shapes.push_back({{"rows", (int64_t{1} << 25) / cols}, {"cols", cols}, {"pad", 0}});
   }
   op.headline_shapes = {{{"rows", 32768}, {"cols", 4096}, {"pad", 0}},
                         {{"rows", 4096}, {"cols", 32768}, {"pad", 0}},

@@ -1,0 +1,332 @@
+// cudaops.softmax, layer_norm, rms_norm (and their backward passes) and fused_add_rms_norm.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../array_import.h"
+#include "../ops.h"
+#include "cudaops/rowwise.h"
+
+namespace cudaops::python {
+
+namespace {
+
+/// An array seen as rows x cols along its last axis.
+struct Rows {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t stride = 0;  // elements between rows
+};
+
+/// The last axis must be contiguous and the leading axes must collapse into one axis of rows
+/// (as for a slice of a larger matrix's columns). Axes of extent 1 may have any stride.
+Rows rows_of(const CallContext& ctx, const ArrayView& v) {
+  if (v.shape.empty()) {
+    throw py::value_error(std::string(ctx.op()) + ": " + v.name +
+                          ": expected at least one dimension, got a 0-d array");
+  }
+  const size_t last = v.shape.size() - 1;
+  Rows r;
+  r.cols = v.shape[last];
+  r.rows = 1;
+  for (size_t i = 0; i < last; ++i)
+    r.rows *= v.shape[i];
+  r.stride = r.cols;
+  bool ok = v.shape[last] <= 1 || v.strides[last] == 1;
+  // Walk the leading axes from the innermost: each must step by the one inside it times its
+  // extent (ignoring extent-1 axes).
+  int64_t expected = -1;  // stride the next outer axis must have; -1 before the first
+  for (size_t k = last; k-- > 0;) {
+    if (v.shape[k] == 1) continue;
+    if (expected < 0) {
+      r.stride = v.strides[k];
+      ok = ok && r.stride >= r.cols;
+    } else {
+      ok = ok && v.strides[k] == expected;
+    }
+    expected = v.strides[k] * v.shape[k];
+  }
+  if (r.rows <= 1) r.stride = r.cols;
+  if (!ok) {
+    std::ostringstream text;
+    text << ctx.op() << ": " << v.name
+         << ": expected the last axis contiguous and the leading axes evenly spaced rows, got "
+            "shape "
+         << shape_text(v.shape) << " with strides " << shape_text(v.strides) << " (in elements)";
+    throw py::value_error(text.str());
+  }
+  return r;
+}
+
+/// A 1-D parameter (weight, bias) of `cols` elements of the data's dtype, contiguous.
+void require_vector(const CallContext& ctx, const ArrayView& data, const ArrayView& v,
+                    int64_t cols) {
+  ctx.require_same_dtype(data, v);
+  if (v.shape.size() != 1 || v.shape[0] != cols) {
+    throw py::value_error(std::string(ctx.op()) + ": " + v.name + ": expected shape (" +
+                          std::to_string(cols) + ",) to match the last axis of " + data.name +
+                          ", got " + shape_text(v.shape));
+  }
+  ctx.require_contiguous(v);
+}
+
+/// Per-row float32 statistics (mean, rstd): rows elements, contiguous.
+void require_stats(const CallContext& ctx, const ArrayView& v, int64_t rows) {
+  if (v.dtype != DType::kFloat32) {
+    throw py::type_error(std::string(ctx.op()) + ": " + v.name + ": expected float32, got " +
+                         dtype_name(v.dtype));
+  }
+  if (v.size != rows) {
+    throw py::value_error(std::string(ctx.op()) + ": " + v.name + ": expected " +
+                          std::to_string(rows) + " elements (one per row), got shape " +
+                          shape_text(v.shape));
+  }
+  ctx.require_contiguous(v);
+}
+
+std::vector<int64_t> leading_shape(const ArrayView& v) {
+  return std::vector<int64_t>(v.shape.begin(), v.shape.end() - 1);
+}
+
+/// `out=` for a row-wise result: x's shape and dtype, writable, any row stride.
+std::optional<ArrayView> import_rows_out(CallContext& ctx, py::handle out, const ArrayView& like) {
+  if (out.is_none()) return std::nullopt;
+  ArrayView view = ctx.import(out, "out", Access::kWrite);
+  ctx.require_same_dtype(like, view);
+  ctx.require_same_shape(like, view);
+  return view;
+}
+
+py::object softmax(py::handle x, py::handle out, py::handle stream) {
+  CallContext ctx("softmax", stream);
+  ArrayView vx = ctx.import(x, "x", Access::kRead);
+  ctx.require_floating(vx);
+  const Rows rx = rows_of(ctx, vx);
+  std::optional<ArrayView> vout = import_rows_out(ctx, out, vx);
+  const Rows ry = vout ? rows_of(ctx, *vout) : Rows{rx.rows, rx.cols, rx.cols};
+  const ArrayView* pout = vout ? &*vout : nullptr;
+  ctx.prepare({&vx, pout});
+  void* d_y = ctx.output_data(pout, vx.shape, vx.dtype);
+  Status status;
+  {
+    py::gil_scoped_release nogil;
+    status = cudaops::softmax({vx.data, rx.stride}, {d_y, ry.stride}, rx.rows, rx.cols, vx.dtype,
+                              ctx.stream());
+  }
+  check(status);
+  return ctx.finish(out, x);
+}
+
+py::object softmax_backward(py::handle y, py::handle dy, py::handle out, py::handle stream) {
+  CallContext ctx("softmax_backward", stream);
+  ArrayView vy = ctx.import(y, "y", Access::kRead);
+  ArrayView vdy = ctx.import(dy, "dy", Access::kRead);
+  ctx.require_floating(vy);
+  ctx.require_same_dtype(vy, vdy);
+  ctx.require_same_shape(vy, vdy);
+  const Rows ry = rows_of(ctx, vy);
+  const Rows rdy = rows_of(ctx, vdy);
+  std::optional<ArrayView> vout = import_rows_out(ctx, out, vy);
+  const Rows rdx = vout ? rows_of(ctx, *vout) : Rows{ry.rows, ry.cols, ry.cols};
+  const ArrayView* pout = vout ? &*vout : nullptr;
+  ctx.prepare({&vy, &vdy, pout});
+  void* d_dx = ctx.output_data(pout, vy.shape, vy.dtype);
+  Status status;
+  {
+    py::gil_scoped_release nogil;
+    status = cudaops::softmax_backward({vy.data, ry.stride}, {vdy.data, rdy.stride},
+                                       {d_dx, rdx.stride}, ry.rows, ry.cols, vy.dtype,
+                                       ctx.stream());
+  }
+  check(status);
+  return ctx.finish(out, y);
+}
+
+py::object layer_norm(py::handle x, py::handle weight, py::handle bias, double eps,
+                      py::handle out, bool return_stats, py::handle stream) {
+  CallContext ctx("layer_norm", stream);
+  ArrayView vx = ctx.import(x, "x", Access::kRead);
+  ctx.require_floating(vx);
+  const Rows rx = rows_of(ctx, vx);
+  ArrayView vw = ctx.import(weight, "weight", Access::kRead);
+  ArrayView vb = ctx.import(bias, "bias", Access::kRead);
+  require_vector(ctx, vx, vw, rx.cols);
+  require_vector(ctx, vx, vb, rx.cols);
+  std::optional<ArrayView> vout = import_rows_out(ctx, out, vx);
+  const Rows ry = vout ? rows_of(ctx, *vout) : Rows{rx.rows, rx.cols, rx.cols};
+  const ArrayView* pout = vout ? &*vout : nullptr;
+  ctx.prepare({&vx, &vw, &vb, pout});
+  void* d_y = ctx.output_data(pout, vx.shape, vx.dtype);
+  float* d_mean = nullptr;
+  float* d_rstd = nullptr;
+  const size_t first_stat = pout ? 0 : 1;
+  if (return_stats) {
+    d_mean = static_cast<float*>(ctx.output_data(nullptr, leading_shape(vx), DType::kFloat32));
+    d_rstd = static_cast<float*>(ctx.output_data(nullptr, leading_shape(vx), DType::kFloat32));
+  }
+  Status status;
+  {
+    py::gil_scoped_release nogil;
+    status = cudaops::layer_norm({vx.data, rx.stride}, vw.data, vb.data, {d_y, ry.stride}, d_mean,
+                                 d_rstd, rx.rows, rx.cols, static_cast<float>(eps), vx.dtype,
+                                 ctx.stream());
+  }
+  check(status);
+  py::object y_obj = ctx.finish(out, x);
+  if (!return_stats) return y_obj;
+  return py::make_tuple(y_obj, ctx.take_result(first_stat, x), ctx.take_result(first_stat + 1, x));
+}
+
+py::object rms_norm(py::handle x, py::handle weight, double eps, py::handle out, bool return_rstd,
+                    py::handle stream) {
+  CallContext ctx("rms_norm", stream);
+  ArrayView vx = ctx.import(x, "x", Access::kRead);
+  ctx.require_floating(vx);
+  const Rows rx = rows_of(ctx, vx);
+  ArrayView vw = ctx.import(weight, "weight", Access::kRead);
+  require_vector(ctx, vx, vw, rx.cols);
+  std::optional<ArrayView> vout = import_rows_out(ctx, out, vx);
+  const Rows ry = vout ? rows_of(ctx, *vout) : Rows{rx.rows, rx.cols, rx.cols};
+  const ArrayView* pout = vout ? &*vout : nullptr;
+  ctx.prepare({&vx, &vw, pout});
+  void* d_y = ctx.output_data(pout, vx.shape, vx.dtype);
+  float* d_rstd = nullptr;
+  const size_t stat = pout ? 0 : 1;
+  if (return_rstd) {
+    d_rstd = static_cast<float*>(ctx.output_data(nullptr, leading_shape(vx), DType::kFloat32));
+  }
+  Status status;
+  {
+    py::gil_scoped_release nogil;
+    status = cudaops::rms_norm({vx.data, rx.stride}, vw.data, {d_y, ry.stride}, d_rstd, rx.rows,
+                               rx.cols, static_cast<float>(eps), vx.dtype, ctx.stream());
+  }
+  check(status);
+  py::object y_obj = ctx.finish(out, x);
+  if (!return_rstd) return y_obj;
+  return py::make_tuple(y_obj, ctx.take_result(stat, x));
+}
+
+py::object fused_add_rms_norm(py::handle x, py::handle residual, py::handle weight, double eps,
+                              py::handle stream) {
+  CallContext ctx("fused_add_rms_norm", stream);
+  ArrayView vx = ctx.import(x, "x", Access::kWrite);
+  ArrayView vr = ctx.import(residual, "residual", Access::kWrite);
+  ctx.require_floating(vx);
+  ctx.require_same_dtype(vx, vr);
+  ctx.require_same_shape(vx, vr);
+  const Rows rx = rows_of(ctx, vx);
+  const Rows rr = rows_of(ctx, vr);
+  ArrayView vw = ctx.import(weight, "weight", Access::kRead);
+  require_vector(ctx, vx, vw, rx.cols);
+  ctx.prepare({&vx, &vr, &vw});
+  Status status;
+  {
+    py::gil_scoped_release nogil;
+    status = cudaops::fused_add_rms_norm({vx.data, rx.stride}, {vr.data, rr.stride}, vw.data,
+                                         rx.rows, rx.cols, static_cast<float>(eps), vx.dtype,
+                                         ctx.stream());
+  }
+  check(status);
+  ctx.finish(x, x);
+  return py::make_tuple(py::reinterpret_borrow<py::object>(x),
+                        py::reinterpret_borrow<py::object>(residual));
+}
+
+/// layer_norm_backward (layer = true) and rms_norm_backward.
+py::object norm_backward(bool layer, py::handle dy, py::handle x, py::handle weight,
+                         py::handle mean, py::handle rstd, py::handle stream) {
+  CallContext ctx(layer ? "layer_norm_backward" : "rms_norm_backward", stream);
+  ArrayView vdy = ctx.import(dy, "dy", Access::kRead);
+  ArrayView vx = ctx.import(x, "x", Access::kRead);
+  ctx.require_floating(vx);
+  ctx.require_same_dtype(vx, vdy);
+  ctx.require_same_shape(vx, vdy);
+  const Rows rx = rows_of(ctx, vx);
+  const Rows rdy = rows_of(ctx, vdy);
+  ArrayView vw = ctx.import(weight, "weight", Access::kRead);
+  require_vector(ctx, vx, vw, rx.cols);
+  std::optional<ArrayView> vmean;
+  if (layer) {
+    vmean = ctx.import(mean, "mean", Access::kRead);
+    require_stats(ctx, *vmean, rx.rows);
+  }
+  ArrayView vrstd = ctx.import(rstd, "rstd", Access::kRead);
+  require_stats(ctx, vrstd, rx.rows);
+  ctx.prepare({&vdy, &vx, &vw, vmean ? &*vmean : nullptr, &vrstd});
+  size_t bytes = 0;
+  check(layer ? cudaops::layer_norm_backward_workspace_size(rx.rows, rx.cols, vx.dtype, &bytes)
+              : cudaops::rms_norm_backward_workspace_size(rx.rows, rx.cols, vx.dtype, &bytes));
+  void* d_dx = ctx.output_data(nullptr, vx.shape, vx.dtype);
+  void* d_dweight = ctx.output_data(nullptr, {rx.cols}, vx.dtype);
+  void* d_dbias = layer ? ctx.output_data(nullptr, {rx.cols}, vx.dtype) : nullptr;
+  void* d_workspace = ctx.scratch(bytes);
+  Status status;
+  {
+    py::gil_scoped_release nogil;
+    const auto* d_mean = static_cast<const float*>(vmean ? vmean->data : nullptr);
+    const auto* d_rstd = static_cast<const float*>(vrstd.data);
+    status = layer ? cudaops::layer_norm_backward(
+                         {vdy.data, rdy.stride}, {vx.data, rx.stride}, vw.data, d_mean, d_rstd,
+                         {d_dx, rx.cols}, d_dweight, d_dbias, d_workspace, bytes, rx.rows,
+                         rx.cols, vx.dtype, ctx.stream())
+                   : cudaops::rms_norm_backward({vdy.data, rdy.stride}, {vx.data, rx.stride},
+                                                vw.data, d_rstd, {d_dx, rx.cols}, d_dweight,
+                                                d_workspace, bytes, rx.rows, rx.cols, vx.dtype,
+                                                ctx.stream());
+  }
+  check(status);
+  if (layer) {
+    return py::make_tuple(ctx.take_result(0, x), ctx.take_result(1, x), ctx.take_result(2, x));
+  }
+  return py::make_tuple(ctx.take_result(0, x), ctx.take_result(1, x));
+}
+
+}  // namespace
+
+void bind_rowwise(py::module_& m) {
+  m.def("softmax", &softmax, py::arg("x"), py::kw_only(), py::arg("out") = py::none(),
+        py::arg("stream") = py::none(),
+        R"doc(softmax along the last axis, computed in float32.
+
+x: a CUDA array (float32, float16 or bfloat16) whose last axis is contiguous and whose leading
+axes are evenly spaced rows (a C-contiguous array, or a slice of one along the last axis). out:
+written in place when given (it may be x); otherwise the result is a new array of x's kind. A row
+of all -inf gives NaN.)doc");
+  m.def("softmax_backward", &softmax_backward, py::arg("y"), py::arg("dy"), py::kw_only(),
+        py::arg("out") = py::none(), py::arg("stream") = py::none(),
+        R"doc(Gradient of softmax: dx = y * (dy - sum(dy * y)) along the last axis, y being
+softmax's output. out: written in place when given (it may be y or dy).)doc");
+  m.def("layer_norm", &layer_norm, py::arg("x"), py::arg("weight"), py::arg("bias"),
+        py::arg("eps") = 1e-5, py::kw_only(), py::arg("out") = py::none(),
+        py::arg("return_stats") = false, py::arg("stream") = py::none(),
+        R"doc(Layer normalisation over the last axis: (x - mean) * rstd * weight + bias.
+
+weight and bias: 1-D, x's dtype, as long as x's last axis. eps > 0. With return_stats=True,
+returns (y, mean, rstd), the statistics float32 with x's leading shape.)doc");
+  m.def("layer_norm_backward",
+        [](py::handle dy, py::handle x, py::handle weight, py::handle mean, py::handle rstd,
+           py::handle stream) { return norm_backward(true, dy, x, weight, mean, rstd, stream); },
+        py::arg("dy"), py::arg("x"), py::arg("weight"), py::arg("mean"), py::arg("rstd"),
+        py::kw_only(), py::arg("stream") = py::none(),
+        R"doc(Gradients of layer_norm given its mean and rstd: returns (dx, dweight, dbias).
+dweight and dbias are deterministic (the same bits on every run).)doc");
+  m.def("rms_norm", &rms_norm, py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-6,
+        py::kw_only(), py::arg("out") = py::none(), py::arg("return_rstd") = false,
+        py::arg("stream") = py::none(),
+        R"doc(RMS normalisation over the last axis: x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps).
+With return_rstd=True, returns (y, rstd), rstd float32 with x's leading shape.)doc");
+  m.def("rms_norm_backward",
+        [](py::handle dy, py::handle x, py::handle weight, py::handle rstd, py::handle stream) {
+          return norm_backward(false, dy, x, weight, py::none(), rstd, stream);
+        },
+        py::arg("dy"), py::arg("x"), py::arg("weight"), py::arg("rstd"), py::kw_only(),
+        py::arg("stream") = py::none(),
+        R"doc(Gradients of rms_norm given its rstd: returns (dx, dweight), dweight deterministic.)doc");
+  m.def("fused_add_rms_norm", &fused_add_rms_norm, py::arg("x"), py::arg("residual"),
+        py::arg("weight"), py::arg("eps") = 1e-6, py::kw_only(), py::arg("stream") = py::none(),
+        R"doc(In place, as in a transformer block: residual += x (rounded to the dtype), then
+x = rms_norm(residual) * weight. Returns (x, residual), the arrays given.)doc");
+}
+
+}  // namespace cudaops::python
