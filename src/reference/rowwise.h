@@ -72,8 +72,10 @@ enum class RowwiseResult {
 
 /// The tolerance of a row-wise result of dtype against its double-precision reference `want`:
 /// one rounding to the dtype plus the float32 arithmetic, relative, with values far below the
-/// largest magnitude in `want` judged against a floor proportional to it.
-Tolerance rowwise_tolerance(DType dtype, RowwiseResult kind, const std::vector<double>& want);
+/// largest magnitude in `want` (or `term_scale`, the largest term a gradient is the difference
+/// of, when larger) judged against a floor proportional to it.
+Tolerance rowwise_tolerance(DType dtype, RowwiseResult kind, const std::vector<double>& want,
+                            double term_scale = 0.0);
 
 /// The rows x cols elements of a matrix stored with shape.row_stride, densely.
 HostArray dense_rows(const HostArray& a, RowShape shape);

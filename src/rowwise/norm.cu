@@ -33,7 +33,7 @@ struct NormArgs {
 
 template <Norm kNorm, typename T, int kThreads, int kVecs, int N>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>) norm_cached(NormArgs<T> a) {
-  __shared__ float scratch[3 * kWarp];
+  __shared__ float scratch[kWarp];
   constexpr int kRows = kRowsPerBlock<kThreads>;
   using TileT = Tile<T, kThreads, kVecs, N>;
   const int t = threadIdx.x % kThreads;
@@ -56,44 +56,28 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>) norm_cached(NormArgs<
       tile.store(residual, cols, t);
     }
     float mean = 0.0f;
-    float rstd;
     if constexpr (kNorm == Norm::kLayer) {
-      // This thread's exact moments from its registers, then one merge across the row.
-      Moments m{0.0f, 0.0f, 0.0f};
-      float sum = 0.0f;
-#pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          if (TileT::valid(j, e, t, cols)) {
-            sum += tile.get(j, e);
-            m.n += 1.0f;
-          }
-        }
-      }
-      m.mean = m.n > 0.0f ? sum / m.n : 0.0f;
-#pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          const float d = TileT::valid(j, e, t, cols) ? tile.get(j, e) - m.mean : 0.0f;
-          m.m2 = fmaf(d, d, m.m2);
-        }
-      }
-      m = row_allreduce_moments<kThreads>(m, scratch);
-      mean = m.mean;
-      rstd = rsqrtf(m.m2 / static_cast<float>(cols) + a.eps);
-    } else {
-      float squares[1] = {0.0f};
+      float sum[1] = {0.0f};
 #pragma unroll
       for (int j = 0; j < kVecs; ++j) {
 #pragma unroll
         for (int e = 0; e < N; ++e)
-          squares[0] = fmaf(tile.get(j, e), tile.get(j, e), squares[0]);
+          sum[0] += tile.get(j, e);
       }
-      row_allreduce<kThreads>(squares, scratch, SumOp{});
-      rstd = rsqrtf(squares[0] / static_cast<float>(cols) + a.eps);
+      row_allreduce<kThreads>(sum, scratch, SumOp{});
+      mean = sum[0] / static_cast<float>(cols);
     }
+    float squares[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = TileT::valid(j, e, t, cols) ? tile.get(j, e) - mean : 0.0f;
+        squares[0] = fmaf(d, d, squares[0]);
+      }
+    }
+    row_allreduce<kThreads>(squares, scratch, SumOp{});
+    const float rstd = rsqrtf(squares[0] / static_cast<float>(cols) + a.eps);
     if (t == 0) {
       if (kNorm == Norm::kLayer && a.mean != nullptr) a.mean[row] = mean;
       if (a.rstd != nullptr) a.rstd[row] = rstd;
@@ -125,7 +109,7 @@ template <Norm kNorm, typename T, int N>
 __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached) {
   extern __shared__ float4 dynamic_smem[];
   T* cache = reinterpret_cast<T*>(dynamic_smem);
-  __shared__ float scratch[3 * kWarp];
+  __shared__ float scratch[kWarp];
   const int64_t cols = a.cols;
   const int64_t first = threadIdx.x * static_cast<int64_t>(N);
   const int64_t step = static_cast<int64_t>(blockDim.x) * N;
@@ -150,44 +134,34 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
       in = residual;  // the output pass reads the stored sum back (this thread's own columns)
     } else {
       if constexpr (kNorm == Norm::kLayer) {
-        // Running moments of this thread's chunks, then one merge across the block.
-        Moments m{0.0f, 0.0f, 0.0f};
-        for (int64_t c = first; c < cols; c += step) {
-          float x[N];
-          load_chunk<T, N>(in, c, cols, x, 0.0f);
-          if (cached) store_chunk<T, N>(cache, c, cols, x);
-          Moments chunk{0.0f, 0.0f, 0.0f};
-          float sum = 0.0f;
-#pragma unroll
-          for (int e = 0; e < N; ++e) {
-            if (c + e < cols) {
-              sum += x[e];
-              chunk.n += 1.0f;
-            }
-          }
-          chunk.mean = sum / chunk.n;
-#pragma unroll
-          for (int e = 0; e < N; ++e) {
-            const float d = c + e < cols ? x[e] - chunk.mean : 0.0f;
-            chunk.m2 = fmaf(d, d, chunk.m2);
-          }
-          m = merge_moments(m, chunk);
-        }
-        m = row_allreduce_moments<0>(m, scratch);
-        mean = m.mean;
-        squares[0] = m.m2;
-      } else {
+        float sum[1] = {0.0f};
         for (int64_t c = first; c < cols; c += step) {
           float x[N];
           load_chunk<T, N>(in, c, cols, x, 0.0f);
           if (cached) store_chunk<T, N>(cache, c, cols, x);
 #pragma unroll
           for (int e = 0; e < N; ++e)
-            squares[0] = fmaf(x[e], x[e], squares[0]);
+            sum[0] += x[e];
+        }
+        block_allreduce(sum, scratch, SumOp{});
+        mean = sum[0] / static_cast<float>(cols);
+      }
+      for (int64_t c = first; c < cols; c += step) {
+        float x[N];
+        if (kNorm == Norm::kLayer) {
+          reload_chunk<T, N>(in, cache, cached, c, cols, x, 0.0f);
+        } else {
+          load_chunk<T, N>(in, c, cols, x, 0.0f);
+          if (cached) store_chunk<T, N>(cache, c, cols, x);
+        }
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float d = c + e < cols ? x[e] - mean : 0.0f;
+          squares[0] = fmaf(d, d, squares[0]);
         }
       }
     }
-    if constexpr (kNorm != Norm::kLayer) block_allreduce(squares, scratch, SumOp{});
+    block_allreduce(squares, scratch, SumOp{});
     const float rstd = rsqrtf(squares[0] / static_cast<float>(cols) + a.eps);
     if (threadIdx.x == 0) {
       if (kNorm == Norm::kLayer && a.mean != nullptr) a.mean[row] = mean;
@@ -276,7 +250,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float xh = (tx.get(j, e) - mean) * rstd;
-        const float g = tdy.get(j, e) * w[e];
+        const float g = __fmul_rn(tdy.get(j, e), w[e]);  // never contracted: the same g below
         if constexpr (kLayer) s[0] += g;
         s[K - 1] = fmaf(g, xh, s[K - 1]);
       }
@@ -296,7 +270,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
         const float xh = (tx.get(j, e) - mean) * rstd;
         dw[j][e] = fmaf(d, xh, dw[j][e]);
         if constexpr (kLayer) db[j][e] += d;
-        w[e] = rstd * (d * w[e] - mean_g - xh * mean_gx);
+        w[e] = rstd * (__fmul_rn(d, w[e]) - mean_g - xh * mean_gx);
       }
       store_chunk<T, N>(dxr, c, cols, w);
     }
@@ -383,7 +357,7 @@ __global__ void __launch_bounds__(1024)
       load_chunk<T, N>(a.weight, c, cols, w, 0.0f);
 #pragma unroll
       for (int e = 0; e < N; ++e) {
-        const float g = d[e] * w[e];
+        const float g = __fmul_rn(d[e], w[e]);  // never contracted: the same g below
         if constexpr (kLayer) s[0] += g;
         s[K - 1] = fmaf(g, (x[e] - mean) * rstd, s[K - 1]);
       }
@@ -404,7 +378,7 @@ __global__ void __launch_bounds__(1024)
           acc[c + e] = fmaf(d[e], xh, acc[c + e]);
           if constexpr (kLayer) acc[acc_stride + c + e] += d[e];
         }
-        w[e] = rstd * (d[e] * w[e] - mean_g - xh * mean_gx);
+        w[e] = rstd * (__fmul_rn(d[e], w[e]) - mean_g - xh * mean_gx);
       }
       store_chunk<T, N>(dxr, c, cols, w);
     }

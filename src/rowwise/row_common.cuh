@@ -92,64 +92,6 @@ __device__ __forceinline__ void block_allreduce(float (&v)[K], float* scratch, O
 }
 
 // ---------------------------------------------------------------------------------------------
-// Mean and sum of squared deviations (n, mean, m2) of a set of values, merged two sets at a time
-// (Chan et al.). The merge is symmetric in its operands, so the butterfly leaves the same bits in
-// every lane.
-
-struct Moments {
-  float n;
-  float mean;
-  float m2;
-};
-
-__device__ __forceinline__ Moments merge_moments(const Moments& a, const Moments& b) {
-  const float n = a.n + b.n;
-  if (n == 0.0f) return a;
-  const float delta = b.mean - a.mean;
-  Moments r;
-  r.n = n;
-  r.mean = (a.n * a.mean + b.n * b.mean) / n;
-  r.m2 = (a.m2 + b.m2) + delta * delta * (a.n * b.n / n);
-  return r;
-}
-
-__device__ __forceinline__ Moments shfl_xor_moments(const Moments& m, int offset) {
-  return {__shfl_xor_sync(kFullMask, m.n, offset), __shfl_xor_sync(kFullMask, m.mean, offset),
-          __shfl_xor_sync(kFullMask, m.m2, offset)};
-}
-
-__device__ __forceinline__ Moments warp_allreduce_moments(Moments m) {
-#pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2)
-    m = merge_moments(m, shfl_xor_moments(m, offset));
-  return m;
-}
-
-/// Moments over the threads of a row (a warp, or the whole block when kThreads > 32, or
-/// blockDim.x threads when kThreads == 0), through `scratch` (3 * 32 floats).
-template <int kThreads>
-__device__ __forceinline__ Moments row_allreduce_moments(Moments m, float* scratch) {
-  m = warp_allreduce_moments(m);
-  if (kThreads == kWarp) return m;
-  const int warps = (kThreads > 0 ? kThreads : static_cast<int>(blockDim.x)) / kWarp;
-  if (warps > 1) {
-    const int lane = threadIdx.x % kWarp;
-    const int warp = threadIdx.x / kWarp;
-    if (lane == 0) {
-      scratch[warp] = m.n;
-      scratch[kWarp + warp] = m.mean;
-      scratch[2 * kWarp + warp] = m.m2;
-    }
-    __syncthreads();
-    m = lane < warps ? Moments{scratch[lane], scratch[kWarp + lane], scratch[2 * kWarp + lane]}
-                     : Moments{0.0f, 0.0f, 0.0f};
-    m = warp_allreduce_moments(m);
-    __syncthreads();
-  }
-  return m;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Chunks of N elements at column c of a row: a vector access when all N are inside the row
 // (the row start being 16-byte aligned when N > 1), element by element at the row's end.
 

@@ -396,10 +396,13 @@ TEST_P(RowwiseDtype, BadDeviceArguments) {
   ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
   DeviceArray rstd;
   ASSERT_TRUE(rstd.allocate(DType::kFloat32, 64).ok());
-  const Status small = rms_norm_backward(
-      {a.data(), 64}, {a.data(), 64}, a.data(), static_cast<const float*>(rstd.data()),
-      {b.data(), 64}, b.data(), workspace.get(), bytes - 1, 64, 64, dtype, nullptr);
-  EXPECT_EQ(small.code(), StatusCode::kWorkspaceTooSmall) << small.to_string();
+  // The query covers every path; any call needs more than 16 bytes of partial sums here.
+  for (size_t given : {size_t{0}, size_t{16}}) {
+    const Status small = rms_norm_backward(
+        {a.data(), 64}, {a.data(), 64}, a.data(), static_cast<const float*>(rstd.data()),
+        {b.data(), 64}, b.data(), workspace.get(), given, 64, 64, dtype, nullptr);
+    EXPECT_EQ(small.code(), StatusCode::kWorkspaceTooSmall) << small.to_string();
+  }
   // Nothing was written.
   HostArray got;
   ASSERT_TRUE(b.download(&got, nullptr).ok());

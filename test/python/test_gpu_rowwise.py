@@ -25,15 +25,16 @@ def make(shape, dtype, seed, scale=1.0):
     return (mag * sign * scale).to(DTYPES[dtype]).cuda()
 
 
-def check(got, want, dtype, *, rel=2.0**-16, floor=2.0**-4, stats=False):
-    """|got - want| <= (ulp + rel) * max(|want|, floor * max|want|, subnormal)."""
+def check(got, want, dtype, *, rel=2.0**-16, floor=2.0**-4, stats=False, scale=0.0):
+    """|got - want| <= (ulp + rel) * max(|want|, floor * max(max|want|, scale), subnormal);
+    scale: the largest term a gradient is a difference of."""
     torch.cuda.synchronize()
     got = got.detach().double().cpu()
     want = want.detach().double().cpu()
     assert got.shape == want.shape, (got.shape, want.shape)
     if want.numel() == 0:
         return
-    largest = want.abs().max().item()
+    largest = max(want.abs().max().item(), float(scale))
     ulp = 0.0 if stats else ULP[dtype]
     scale = torch.clamp(want.abs(), min=max(floor * largest, SUBNORMAL[dtype]))
     err = ((got - want).abs() / scale).max().item()
@@ -53,7 +54,8 @@ def test_softmax_and_backward(path, dtype, shape):
     check(y, torch.softmax(d(x), -1), dtype)
     dx = cudaops.softmax_backward(y, dy)
     yd = d(y)
-    check(dx, yd * (d(dy) - (d(dy) * yd).sum(-1, keepdim=True)), dtype)
+    check(dx, yd * (d(dy) - (d(dy) * yd).sum(-1, keepdim=True)), dtype,
+          scale=(yd * d(dy)).abs().max().item())
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -74,7 +76,7 @@ def test_layer_norm_and_backward(path, dtype, shape):
     g = d(dy) * d(w)
     want_dx = d(rstd)[..., None] * (g - g.mean(-1, keepdim=True)
                                     - xh * (g * xh).mean(-1, keepdim=True))
-    check(dx, want_dx, dtype)
+    check(dx, want_dx, dtype, scale=(d(rstd)[..., None] * g).abs().max().item())
     check(dw, (d(dy) * xh).reshape(-1, cols).sum(0), dtype, rel=2.0**-14)
     check(db, d(dy).reshape(-1, cols).sum(0), dtype, rel=2.0**-14)
 
@@ -92,7 +94,8 @@ def test_rms_norm_and_backward(path, dtype, shape):
     dx, dw = cudaops.rms_norm_backward(dy, x, w, rstd)
     xh = xd * d(rstd)[..., None]
     g = d(dy) * d(w)
-    check(dx, d(rstd)[..., None] * (g - xh * (g * xh).mean(-1, keepdim=True)), dtype)
+    check(dx, d(rstd)[..., None] * (g - xh * (g * xh).mean(-1, keepdim=True)), dtype,
+          scale=(d(rstd)[..., None] * g).abs().max().item())
     check(dw, (d(dy) * xh).reshape(-1, cols).sum(0), dtype, rel=2.0**-14)
 
 
