@@ -177,9 +177,8 @@ Tolerance rowwise_tolerance(DType dtype, RowwiseResult kind, const std::vector<d
   for (double v : want) {
     if (std::isfinite(v)) largest = std::max(largest, std::fabs(v));
   }
-  const Tolerance rounding = rounding_tolerance(kind == RowwiseResult::kStatistics
-                                                  ? DType::kFloat32
-                                                  : dtype);
+  const Tolerance rounding =
+      rounding_tolerance(kind == RowwiseResult::kStatistics ? DType::kFloat32 : dtype);
   // Relative: one rounding to the dtype plus a few float32 roundings and the approximate
   // exp/rsqrt. Values far below the largest carry the absolute error of the float32 sums and
   // differences they come from, and the dtype's subnormals have absolute spacing: below the floor
@@ -232,4 +231,3 @@ int64_t touched_gap_elements(const HostArray& a, RowShape s) {
 }
 
 }  // namespace cudaops::ref
-

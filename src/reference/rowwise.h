@@ -64,10 +64,10 @@ FusedAddRmsNorm fused_add_rms_norm(const HostArray& x, const HostArray& residual
 
 /// What a row-wise result is, for its tolerance.
 enum class RowwiseResult {
-  kValues,          ///< forward outputs (y, the fused residual): float32 arithmetic, one rounding
-  kStatistics,      ///< mean and rstd, float32
-  kGradient,        ///< dx: differences of nearly equal terms, judged against the largest value
-  kParamGradient,   ///< dweight, dbias: float32 sums over every row
+  kValues,         ///< forward outputs (y, the fused residual): float32 arithmetic, one rounding
+  kStatistics,     ///< mean and rstd, float32
+  kGradient,       ///< dx: differences of nearly equal terms, judged against the largest value
+  kParamGradient,  ///< dweight, dbias: float32 sums over every row
 };
 
 /// The tolerance of a row-wise result of dtype against its double-precision reference `want`:

@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
           for (int e = 0; e < N; ++e)
             sum[0] += x[e];
         }
-        block_allreduce(sum, scratch, SumOp{});
+        row_allreduce<kWholeBlock>(sum, scratch, SumOp{});
         mean = sum[0] / static_cast<float>(cols);
       }
       for (int64_t c = first; c < cols; c += step) {
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
         }
       }
     }
-    block_allreduce(squares, scratch, SumOp{});
+    row_allreduce<kWholeBlock>(squares, scratch, SumOp{});
     const float rstd = rsqrtf(squares[0] / static_cast<float>(cols) + a.eps);
     if (threadIdx.x == 0) {
       if (kNorm == Norm::kLayer && a.mean != nullptr) a.mean[row] = mean;
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(1024)
         s[K - 1] = fmaf(g, (x[e] - mean) * rstd, s[K - 1]);
       }
     }
-    block_allreduce(s, scratch, SumOp{});
+    row_allreduce<kWholeBlock>(s, scratch, SumOp{});
     const float mean_g = kLayer ? s[0] / static_cast<float>(cols) : 0.0f;
     const float mean_gx = s[K - 1] / static_cast<float>(cols);
     T* dxr = a.dx + row * a.dx_stride;
@@ -426,15 +426,13 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
         return check_launch(op, stream);
       });
     }
-    const int n = aligned ? V : 1;
     auto kernel = aligned ? norm_streamed<kNorm, T, V> : norm_streamed<kNorm, T, 1>;
-    size_t smem = 0;
-    if (Status s = streamed_cache_bytes(op, reinterpret_cast<const void*>(kernel), 1, a.cols,
-                                        dtype, &smem);
+    StreamedLaunch launch;
+    if (Status s = plan_streamed(op, reinterpret_cast<const void*>(kernel), 1, a.cols,
+                                 aligned ? V : 1, dtype, &launch);
         !s.ok())
       return s;
-    kernel<<<grid_for(a.rows), streamed_threads((a.cols + n - 1) / n), smem, stream>>>(
-        a, smem > 0);
+    kernel<<<grid_for(a.rows), launch.threads, launch.smem, stream>>>(a, launch.smem > 0);
     return check_launch(op, stream);
   });
 }
@@ -446,8 +444,9 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
   constexpr int K = kLayer ? 2 : 1;
   *plan = ParamGradPlan();
   if (rows == 0 || cols == 0) return Status();
-  int sms = 0;
-  if (Status s = current_sm_count(op, &sms); !s.ok()) return s;
+  DeviceLimits limits;
+  if (Status s = current_device_limits(op, &limits); !s.ok()) return s;
+  const int64_t sms = limits.sms;
   return dispatch_float(op, dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
@@ -462,7 +461,7 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
             &per_sm, norm_backward_cached<kLayer, T, S::threads, S::vecs, V>,
             kBlockThreads<S::threads>, 0);
         const int64_t groups = (rows + kRows - 1) / kRows;
-        plan->blocks = static_cast<unsigned>(std::min<int64_t>(groups, int64_t{sms} * std::max(per_sm, 1)));
+        plan->blocks = static_cast<unsigned>(std::min<int64_t>(groups, sms * std::max(per_sm, 1)));
         plan->units = plan->blocks;
         return Status();
       });
@@ -470,22 +469,19 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
       plan->cached = true;
       plan->config = config;
     } else {
-      const int n = aligned ? V : 1;
-      plan->threads = streamed_threads((cols + n - 1) / n);
-      int optin = 0;
-      if (Status s = current_smem_optin(op, &optin); !s.ok()) return s;
-      const int64_t acc_bytes = int64_t{K} * cols * static_cast<int64_t>(sizeof(float));
-      const int64_t budget = int64_t{optin} - 1024;
-      plan->smem = acc_bytes <= budget ? static_cast<size_t>(acc_bytes) : 0;
-      const void* kernel = aligned ? reinterpret_cast<const void*>(norm_backward_streamed<kLayer, T, V>)
-                                   : reinterpret_cast<const void*>(norm_backward_streamed<kLayer, T, 1>);
-      error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   static_cast<int>(plan->smem));
-      if (error == cudaSuccess) {
-        error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan->threads,
-                                                              plan->smem);
-      }
-      plan->blocks = static_cast<unsigned>(std::min<int64_t>(rows, int64_t{sms} * std::max(per_sm, 1)));
+      // The accumulators (K x cols float32) are what the streamed kernel keeps in shared memory.
+      const void* kernel =
+          aligned ? reinterpret_cast<const void*>(norm_backward_streamed<kLayer, T, V>)
+                  : reinterpret_cast<const void*>(norm_backward_streamed<kLayer, T, 1>);
+      StreamedLaunch launch;
+      if (Status s = plan_streamed(op, kernel, K, cols, aligned ? V : 1, DType::kFloat32, &launch);
+          !s.ok())
+        return s;
+      plan->threads = launch.threads;
+      plan->smem = launch.smem;
+      error =
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan->threads, plan->smem);
+      plan->blocks = static_cast<unsigned>(std::min<int64_t>(rows, sms * std::max(per_sm, 1)));
       plan->units = plan->blocks;
     }
     if (error != cudaSuccess) return cuda_status(error, op, "sizing the launch");
@@ -574,6 +570,7 @@ Status launch_backward(const char* op, const NormBackwardArgs<void>& untyped, vo
 
 using namespace detail::rowwise;  // NOLINT(google-build-using-namespace): this file's kernels
 using detail::check_float_dtype;
+using detail::check_pointer;
 
 Status layer_norm(ConstMatrixRef x, const void* d_weight, const void* d_bias, MatrixRef y,
                   float* d_mean, float* d_rstd, int64_t rows, int64_t cols, float eps, DType dtype,
@@ -585,21 +582,21 @@ Status layer_norm(ConstMatrixRef x, const void* d_weight, const void* d_bias, Ma
   const int64_t work = rows > 0 ? cols : 0;
   const int64_t stats = cols > 0 ? rows : 0;
   if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
-  if (Status s = check_vector(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
-  if (Status s = check_vector(kOp, "bias", d_bias, work, dtype); !s.ok()) return s;
+  if (Status s = check_pointer(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
+  if (Status s = check_pointer(kOp, "bias", d_bias, work, dtype); !s.ok()) return s;
   if (Status s = check_matrix(kOp, "y", y.data, y.row_stride, rows, cols, dtype); !s.ok()) return s;
   if (d_mean != nullptr) {
-    if (Status s = check_vector(kOp, "mean", d_mean, stats, DType::kFloat32); !s.ok()) return s;
+    if (Status s = check_pointer(kOp, "mean", d_mean, stats, DType::kFloat32); !s.ok()) return s;
   }
   if (d_rstd != nullptr) {
-    if (Status s = check_vector(kOp, "rstd", d_rstd, stats, DType::kFloat32); !s.ok()) return s;
+    if (Status s = check_pointer(kOp, "rstd", d_rstd, stats, DType::kFloat32); !s.ok()) return s;
   }
   if (rows == 0 || cols == 0) return Status();
   const bool aligned = rows_aligned16(x.data, x.row_stride, dtype) &&
                        rows_aligned16(y.data, y.row_stride, dtype) && aligned16(d_weight) &&
                        aligned16(d_bias);
-  const NormArgs<void> a{x.data, x.row_stride, nullptr, 0, d_weight, d_bias, y.data,
-                         y.row_stride, d_mean, d_rstd, rows, cols, eps};
+  const NormArgs<void> a{x.data,       x.row_stride, nullptr, 0,    d_weight, d_bias, y.data,
+                         y.row_stride, d_mean,       d_rstd,  rows, cols,     eps};
   return launch_forward<Norm::kLayer>(kOp, a, aligned, dtype, stream);
 }
 
@@ -611,18 +608,18 @@ Status rms_norm(ConstMatrixRef x, const void* d_weight, MatrixRef y, float* d_rs
   if (Status s = check_eps(kOp, eps); !s.ok()) return s;
   const int64_t work = rows > 0 ? cols : 0;
   if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
-  if (Status s = check_vector(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
+  if (Status s = check_pointer(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
   if (Status s = check_matrix(kOp, "y", y.data, y.row_stride, rows, cols, dtype); !s.ok()) return s;
   if (d_rstd != nullptr) {
-    if (Status s = check_vector(kOp, "rstd", d_rstd, cols > 0 ? rows : 0, DType::kFloat32);
+    if (Status s = check_pointer(kOp, "rstd", d_rstd, cols > 0 ? rows : 0, DType::kFloat32);
         !s.ok())
       return s;
   }
   if (rows == 0 || cols == 0) return Status();
   const bool aligned = rows_aligned16(x.data, x.row_stride, dtype) &&
                        rows_aligned16(y.data, y.row_stride, dtype) && aligned16(d_weight);
-  const NormArgs<void> a{x.data, x.row_stride, nullptr, 0, d_weight, nullptr, y.data,
-                         y.row_stride, nullptr, d_rstd, rows, cols, eps};
+  const NormArgs<void> a{x.data,       x.row_stride, nullptr, 0,    d_weight, nullptr, y.data,
+                         y.row_stride, nullptr,      d_rstd,  rows, cols,     eps};
   return launch_forward<Norm::kRms>(kOp, a, aligned, dtype, stream);
 }
 
@@ -634,11 +631,11 @@ Status fused_add_rms_norm(MatrixRef x, MatrixRef residual, const void* d_weight,
   if (Status s = check_eps(kOp, eps); !s.ok()) return s;
   const int64_t work = rows > 0 ? cols : 0;
   if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
-  if (Status s = check_matrix(kOp, "residual", residual.data, residual.row_stride, rows, cols,
-                              dtype);
+  if (Status s =
+          check_matrix(kOp, "residual", residual.data, residual.row_stride, rows, cols, dtype);
       !s.ok())
     return s;
-  if (Status s = check_vector(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
+  if (Status s = check_pointer(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
   if (rows == 0 || cols == 0) return Status();
   const bool aligned = rows_aligned16(x.data, x.row_stride, dtype) &&
                        rows_aligned16(residual.data, residual.row_stride, dtype) &&
@@ -669,12 +666,12 @@ Status check_backward_common(const char* op, ConstMatrixRef dy, ConstMatrixRef x
   if (Status s = check_matrix(op, "dy", dy.data, dy.row_stride, rows, cols, dtype); !s.ok())
     return s;
   if (Status s = check_matrix(op, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
-  if (Status s = check_vector(op, "weight", d_weight, work, dtype); !s.ok()) return s;
-  if (Status s = check_vector(op, "rstd", d_rstd, cols > 0 ? rows : 0, DType::kFloat32); !s.ok())
+  if (Status s = check_pointer(op, "weight", d_weight, work, dtype); !s.ok()) return s;
+  if (Status s = check_pointer(op, "rstd", d_rstd, cols > 0 ? rows : 0, DType::kFloat32); !s.ok())
     return s;
   if (Status s = check_matrix(op, "dx", dx.data, dx.row_stride, rows, cols, dtype); !s.ok())
     return s;
-  return check_vector(op, "dweight", d_dweight, cols, dtype);
+  return check_pointer(op, "dweight", d_dweight, cols, dtype);
 }
 
 bool backward_aligned(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight, MatrixRef dx,
@@ -691,15 +688,15 @@ Status layer_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_we
                            void* d_dbias, void* d_workspace, size_t workspace_bytes, int64_t rows,
                            int64_t cols, DType dtype, cudaStream_t stream) {
   constexpr const char* kOp = "layer_norm_backward";
-  if (Status s = check_backward_common(kOp, dy, x, d_weight, d_rstd, dx, d_dweight, rows, cols,
-                                       dtype);
+  if (Status s =
+          check_backward_common(kOp, dy, x, d_weight, d_rstd, dx, d_dweight, rows, cols, dtype);
       !s.ok())
     return s;
-  if (Status s = check_vector(kOp, "mean", d_mean, cols > 0 ? rows : 0, DType::kFloat32); !s.ok())
+  if (Status s = check_pointer(kOp, "mean", d_mean, cols > 0 ? rows : 0, DType::kFloat32); !s.ok())
     return s;
-  if (Status s = check_vector(kOp, "dbias", d_dbias, cols, dtype); !s.ok()) return s;
+  if (Status s = check_pointer(kOp, "dbias", d_dbias, cols, dtype); !s.ok()) return s;
   if (cols == 0) return Status();
-  const NormBackwardArgs<void> a{dy.data, dy.row_stride, x.data,  x.row_stride, d_weight,
+  const NormBackwardArgs<void> a{dy.data, dy.row_stride, x.data,  x.row_stride,  d_weight,
                                  d_mean,  d_rstd,        dx.data, dx.row_stride, nullptr,
                                  0,       rows,          cols};
   return launch_backward<true>(kOp, a, d_dweight, d_dbias, d_workspace, workspace_bytes,
@@ -711,12 +708,12 @@ Status rms_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weig
                          size_t workspace_bytes, int64_t rows, int64_t cols, DType dtype,
                          cudaStream_t stream) {
   constexpr const char* kOp = "rms_norm_backward";
-  if (Status s = check_backward_common(kOp, dy, x, d_weight, d_rstd, dx, d_dweight, rows, cols,
-                                       dtype);
+  if (Status s =
+          check_backward_common(kOp, dy, x, d_weight, d_rstd, dx, d_dweight, rows, cols, dtype);
       !s.ok())
     return s;
   if (cols == 0) return Status();
-  const NormBackwardArgs<void> a{dy.data, dy.row_stride, x.data,  x.row_stride, d_weight,
+  const NormBackwardArgs<void> a{dy.data, dy.row_stride, x.data,  x.row_stride,  d_weight,
                                  nullptr, d_rstd,        dx.data, dx.row_stride, nullptr,
                                  0,       rows,          cols};
   return launch_backward<false>(kOp, a, d_dweight, nullptr, d_workspace, workspace_bytes,

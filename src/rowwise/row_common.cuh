@@ -46,35 +46,15 @@ __device__ __forceinline__ void warp_allreduce(float (&v)[K], Op op) {
   }
 }
 
-/// All-reduce over the kThreads threads that share a row. kThreads == 32 is one warp; more is
-/// the whole block (one row per block), through `scratch` (K * 32 floats of shared memory).
+/// All-reduce over the threads that share a row: kThreads == 32 is one warp; more is the whole
+/// block (one row per block); 0 is the whole block of any blockDim.x (a multiple of 32), as the
+/// streamed kernels launch. Goes through `scratch` (K * 32 floats of shared memory).
 template <int kThreads, int K, class Op>
 __device__ __forceinline__ void row_allreduce(float (&v)[K], float* scratch, Op op) {
   warp_allreduce(v, op);
-  if constexpr (kThreads > kWarp) {
-    constexpr int kWarps = kThreads / kWarp;
-    const int lane = threadIdx.x % kWarp;
-    const int warp = threadIdx.x / kWarp;
-    if (lane == 0) {
-#pragma unroll
-      for (int k = 0; k < K; ++k)
-        scratch[k * kWarp + warp] = v[k];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      v[k] = lane < kWarps ? scratch[k * kWarp + lane] : Op::kIdentity;
-    warp_allreduce(v, op);
-    __syncthreads();  // scratch may be reused at once
-  }
-}
-
-/// Block-wide all-reduce for the streamed kernels (any blockDim.x that is a multiple of 32).
-template <int K, class Op>
-__device__ __forceinline__ void block_allreduce(float (&v)[K], float* scratch, Op op) {
-  warp_allreduce(v, op);
-  const int warps = blockDim.x / kWarp;
-  if (warps > 1) {
+  if constexpr (kThreads != kWarp) {
+    const int warps = kThreads > 0 ? kThreads / kWarp : static_cast<int>(blockDim.x) / kWarp;
+    if (warps == 1) return;
     const int lane = threadIdx.x % kWarp;
     const int warp = threadIdx.x / kWarp;
     if (lane == 0) {
@@ -87,9 +67,12 @@ __device__ __forceinline__ void block_allreduce(float (&v)[K], float* scratch, O
     for (int k = 0; k < K; ++k)
       v[k] = lane < warps ? scratch[k * kWarp + lane] : Op::kIdentity;
     warp_allreduce(v, op);
-    __syncthreads();
+    __syncthreads();  // scratch may be reused at once
   }
 }
+
+/// The threads of a streamed kernel's row: the whole block, whatever its size.
+inline constexpr int kWholeBlock = 0;
 
 // ---------------------------------------------------------------------------------------------
 // Chunks of N elements at column c of a row: a vector access when all N are inside the row
@@ -176,7 +159,9 @@ struct Tile {
     }
   }
 
-  __device__ __forceinline__ float get(int j, int e) const { return to_float(raw[j].v[e]); }
+  __device__ __forceinline__ float get(int j, int e) const {
+    return to_float(raw[j].v[e]);
+  }
   __device__ __forceinline__ void set(int j, int e, float value) {
     raw[j].v[e] = from_float<T>(value);
   }
@@ -222,7 +207,7 @@ __device__ __forceinline__ void load_params(const T* p, int cols, int t, float (
 template <int kThreads>
 inline constexpr int kRowsPerBlock = kThreads == kWarp ? 4 : 1;
 template <int kThreads>
-inline constexpr int kBlockThreads = kThreads * kRowsPerBlock<kThreads>;
+inline constexpr int kBlockThreads = kThreads* kRowsPerBlock<kThreads>;
 
 }  // namespace cudaops::detail::rowwise
 
@@ -246,15 +231,29 @@ template <int kLimit = 8, class F>
 Status with_cached_shape(int index, F&& f) {
   if (index >= kLimit) index = -1;
   switch (index) {
-    case 0: return f(CachedShape<32, 1>{});
-    case 1: return f(CachedShape<32, 2>{});
-    case 2: return f(CachedShape<32, 4>{});
-    case 3: if constexpr (kLimit > 3) return f(CachedShape<128, 2>{}); break;
-    case 4: if constexpr (kLimit > 4) return f(CachedShape<128, 4>{}); break;
-    case 5: if constexpr (kLimit > 5) return f(CachedShape<256, 4>{}); break;
-    case 6: if constexpr (kLimit > 6) return f(CachedShape<512, 4>{}); break;
-    case 7: if constexpr (kLimit > 7) return f(CachedShape<1024, 4>{}); break;
-    default: break;
+    case 0:
+      return f(CachedShape<32, 1>{});
+    case 1:
+      return f(CachedShape<32, 2>{});
+    case 2:
+      return f(CachedShape<32, 4>{});
+    case 3:
+      if constexpr (kLimit > 3) return f(CachedShape<128, 2>{});
+      break;
+    case 4:
+      if constexpr (kLimit > 4) return f(CachedShape<128, 4>{});
+      break;
+    case 5:
+      if constexpr (kLimit > 5) return f(CachedShape<256, 4>{});
+      break;
+    case 6:
+      if constexpr (kLimit > 6) return f(CachedShape<512, 4>{});
+      break;
+    case 7:
+      if constexpr (kLimit > 7) return f(CachedShape<1024, 4>{});
+      break;
+    default:
+      break;
   }
   return Status(StatusCode::kNotSupported, "row-wise: no cached kernel for this row length");
 }

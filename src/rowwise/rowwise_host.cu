@@ -1,5 +1,6 @@
 #include "rowwise/rowwise_host.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include "core/launch.h"
 #include "core/numeric.cuh"
 #include "core/validate.h"
+#include "rowwise/row_common.cuh"
 
 namespace cudaops::detail::rowwise {
 
@@ -38,11 +40,6 @@ Status check_matrix(const char* op, const char* name, const void* data, int64_t 
   return Status();
 }
 
-Status check_vector(const char* op, const char* name, const void* data, int64_t count,
-                    DType dtype) {
-  return check_pointer(op, name, data, count, dtype);
-}
-
 Status check_eps(const char* op, float eps) {
   if (eps > 0.0f && std::isfinite(eps)) return Status();
   std::ostringstream text;
@@ -50,46 +47,36 @@ Status check_eps(const char* op, float eps) {
   return Status(StatusCode::kInvalidArgument, text.str());
 }
 
-int streamed_threads(int64_t chunks) {
-  int64_t threads = (chunks + 3) / 4;
-  threads = (threads + 31) / 32 * 32;
-  if (threads < 64) threads = 64;
-  if (threads > 1024) threads = 1024;
-  return static_cast<int>(threads);
-}
-
-Status current_sm_count(const char* op, int* count) {
+Status current_device_limits(const char* op, DeviceLimits* limits) {
   int device = 0;
   cudaError_t error = cudaGetDevice(&device);
   if (error == cudaSuccess)
-    error = cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, device);
+    error = cudaDeviceGetAttribute(&limits->sms, cudaDevAttrMultiProcessorCount, device);
+  if (error == cudaSuccess) {
+    error = cudaDeviceGetAttribute(&limits->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                   device);
+  }
   if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
   return Status();
 }
 
-Status current_smem_optin(const char* op, int* bytes) {
-  int device = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error == cudaSuccess)
-    error = cudaDeviceGetAttribute(bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
-  return Status();
-}
-
-Status streamed_cache_bytes(const char* op, const void* kernel, int arrays, int64_t cols,
-                            DType dtype, size_t* bytes) {
-  *bytes = 0;
-  int optin = 0;
-  if (Status s = current_smem_optin(op, &optin); !s.ok()) return s;
-  const int64_t want = int64_t{arrays} * ((cols + 7) / 8 * 8) * dtype_size(dtype);
+Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t cols, int n,
+                     DType dtype, StreamedLaunch* launch) {
+  int64_t threads = ((cols + n - 1) / n + 3) / 4;
+  threads = std::clamp<int64_t>((threads + 31) / 32 * 32, 64, 1024);
+  launch->threads = static_cast<int>(threads);
+  launch->smem = 0;
+  DeviceLimits limits;
+  if (Status s = current_device_limits(op, &limits); !s.ok()) return s;
+  const int64_t want = int64_t{arrays} * padded_cols(cols) * dtype_size(dtype);
   // Leave room for the static shared memory of the reductions.
-  if (want > int64_t{optin} - 1024) return Status();
+  if (want > int64_t{limits.smem_optin} - 1024) return Status();
   if (want > 48 * 1024) {
     const cudaError_t error = cudaFuncSetAttribute(
         kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(want));
     if (error != cudaSuccess) return cuda_status(error, op, "setting the shared-memory size");
   }
-  *bytes = static_cast<size_t>(want);
+  launch->smem = static_cast<size_t>(want);
   return Status();
 }
 

@@ -21,10 +21,6 @@ Status check_shape(const char* op, int64_t rows, int64_t cols);
 Status check_matrix(const char* op, const char* name, const void* data, int64_t row_stride,
                     int64_t rows, int64_t cols, DType dtype);
 
-/// A vector of `count` elements of dtype (weight, bias, statistics) used when count > 0.
-Status check_vector(const char* op, const char* name, const void* data, int64_t count,
-                    DType dtype);
-
 /// eps > 0 and finite.
 Status check_eps(const char* op, float eps);
 
@@ -46,8 +42,8 @@ struct CachedConfig {
   int threads;
   int vecs;
 };
-inline constexpr CachedConfig kCachedLadder[] = {{32, 1},   {32, 2},   {32, 4},  {128, 2},
-                                                 {128, 4},  {256, 4},  {512, 4}, {1024, 4}};
+inline constexpr CachedConfig kCachedLadder[] = {{32, 1},  {32, 2},  {32, 4},  {128, 2},
+                                                 {128, 4}, {256, 4}, {512, 4}, {1024, 4}};
 inline constexpr int kCachedCount = sizeof(kCachedLadder) / sizeof(kCachedLadder[0]);
 
 /// Index into kCachedLadder of the smallest configuration holding cols elements of a row with
@@ -66,15 +62,26 @@ inline unsigned grid_for(int64_t groups) {
   return static_cast<unsigned>(groups < kMaxGrid ? (groups > 0 ? groups : 1) : kMaxGrid);
 }
 
-/// Threads of a streamed block for rows of `chunks` chunks: about four chunks per thread,
-/// a multiple of 32 from 64 to 1024.
-int streamed_threads(int64_t chunks);
+/// What the row-wise launches need to know of the current device.
+struct DeviceLimits {
+  int sms = 0;         ///< multiprocessors
+  int smem_optin = 0;  ///< shared memory a block may opt into
+};
 
-/// Multiprocessors of the current device, or a status when there is no usable device.
-Status current_sm_count(const char* op, int* count);
+/// The current device's limits, or a status when there is no usable device.
+Status current_device_limits(const char* op, DeviceLimits* limits);
 
-/// Shared memory a block may opt into on the current device.
-Status current_smem_optin(const char* op, int* bytes);
+/// The launch of a streamed kernel over rows of cols elements in chunks of n.
+struct StreamedLaunch {
+  int threads = 0;  ///< about four chunks per thread, a multiple of 32 from 64 to 1024
+  size_t smem = 0;  ///< dynamic shared memory; 0 when the arrays do not fit
+};
+
+/// Sizes a streamed launch whose kernel keeps `arrays` rows of cols elements of dtype in dynamic
+/// shared memory (each row padded to 16 bytes) when they fit the device, and sets the kernel's
+/// shared-memory limit to match. Without room, smem is 0 and the kernel re-reads global memory.
+Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t cols, int n,
+                     DType dtype, StreamedLaunch* launch);
 
 // ---------------------------------------------------------------------------------------------
 // The backward passes of the norms: each of `units` row units (a warp or a block) owns a
@@ -97,12 +104,6 @@ inline constexpr int kSoftmaxCachedCount = 7;
 inline constexpr int kSoftmaxBackwardCachedCount = 7;
 inline constexpr int kNormCachedCount = 6;
 inline constexpr int kBackwardCachedCount = 5;
-
-/// Dynamic shared memory for a streamed kernel that keeps `arrays` rows of cols elements of
-/// dtype in shared memory between passes: the bytes, or 0 when they do not fit the device (the
-/// passes then re-read global memory). Sets the kernel's shared-memory limit accordingly.
-Status streamed_cache_bytes(const char* op, const void* kernel, int arrays, int64_t cols,
-                            DType dtype, size_t* bytes);
 
 /// Sums partials[u][c] over u < units (fixed order) into out[c] for each of `accumulators`
 /// consecutive [units][cols] arrays, out being the accumulators' output pointers. units == 0

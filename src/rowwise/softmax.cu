@@ -24,8 +24,8 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
   __shared__ float scratch[kWarp];
   constexpr int kRows = kRowsPerBlock<kThreads>;
   const int t = threadIdx.x % kThreads;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads;
-       row < rows; row += static_cast<int64_t>(gridDim.x) * kRows) {
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRows) {
     Tile<T, kThreads, kVecs, N> tile;
     tile.load(x + row * x_stride, cols, t, from_float<T>(kNegInf));
     float max[1] = {kNegInf};
@@ -88,9 +88,9 @@ __global__ void __launch_bounds__(1024)
       max = new_max;
     }
     float row_max[1] = {max};
-    block_allreduce(row_max, scratch, MaxOp{});
+    row_allreduce<kWholeBlock>(row_max, scratch, MaxOp{});
     float row_sum[1] = {max == row_max[0] ? sum : sum * __expf(max - row_max[0])};
-    block_allreduce(row_sum, scratch, SumOp{});
+    row_allreduce<kWholeBlock>(row_sum, scratch, SumOp{});
     const float inv = 1.0f / row_sum[0];
     // Pass 2: the outputs.
     T* out = y + row * y_stride;
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
   __shared__ float scratch[kWarp];
   constexpr int kRows = kRowsPerBlock<kThreads>;
   const int t = threadIdx.x % kThreads;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads;
-       row < rows; row += static_cast<int64_t>(gridDim.x) * kRows) {
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * kRows) {
     Tile<T, kThreads, kVecs, N> ty, tdy;
     ty.load(y + row * y_stride, cols, t, from_float<T>(0.0f));
     tdy.load(dy + row * dy_stride, cols, t, from_float<T>(0.0f));
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(1024)
       for (int e = 0; e < N; ++e)
         dot[0] = fmaf(a[e], b[e], dot[0]);
     }
-    block_allreduce(dot, scratch, SumOp{});
+    row_allreduce<kWholeBlock>(dot, scratch, SumOp{});
     T* out = dx + row * dx_stride;
     for (int64_t c = threadIdx.x * static_cast<int64_t>(N); c < cols; c += step) {
       float a[N], b[N];
@@ -208,15 +208,14 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
         return detail::check_launch(kOp, stream);
       });
     }
-    const int n = aligned ? V : 1;
     auto kernel = aligned ? softmax_streamed<T, V> : softmax_streamed<T, 1>;
-    size_t smem = 0;
-    if (Status s = streamed_cache_bytes(kOp, reinterpret_cast<const void*>(kernel), 1, cols,
-                                        dtype, &smem);
+    StreamedLaunch launch;
+    if (Status s = plan_streamed(kOp, reinterpret_cast<const void*>(kernel), 1, cols,
+                                 aligned ? V : 1, dtype, &launch);
         !s.ok())
       return s;
-    kernel<<<grid_for(rows), streamed_threads((cols + n - 1) / n), smem, stream>>>(
-        in, x.row_stride, out, y.row_stride, rows, cols, smem > 0);
+    kernel<<<grid_for(rows), launch.threads, launch.smem, stream>>>(
+        in, x.row_stride, out, y.row_stride, rows, cols, launch.smem > 0);
     return detail::check_launch(kOp, stream);
   });
 }
@@ -254,15 +253,14 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
         return detail::check_launch(kOp, stream);
       });
     }
-    const int n = aligned ? V : 1;
     auto kernel = aligned ? softmax_backward_streamed<T, V> : softmax_backward_streamed<T, 1>;
-    size_t smem = 0;
-    if (Status s = streamed_cache_bytes(kOp, reinterpret_cast<const void*>(kernel), 2, cols,
-                                        dtype, &smem);
+    StreamedLaunch launch;
+    if (Status s = plan_streamed(kOp, reinterpret_cast<const void*>(kernel), 2, cols,
+                                 aligned ? V : 1, dtype, &launch);
         !s.ok())
       return s;
-    kernel<<<grid_for(rows), streamed_threads((cols + n - 1) / n), smem, stream>>>(
-        py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows, cols, smem > 0);
+    kernel<<<grid_for(rows), launch.threads, launch.smem, stream>>>(
+        py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows, cols, launch.smem > 0);
     return detail::check_launch(kOp, stream);
   });
 }

@@ -30,8 +30,9 @@ using ref::RowShape;
 using R = ref::RowwiseResult;
 
 constexpr DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
-const char* const kOps[] = {"softmax",  "softmax_backward",  "layer_norm",        "layer_norm_backward",
-                            "rms_norm", "rms_norm_backward", "fused_add_rms_norm"};
+const char* const kOps[] = {
+    "softmax",  "softmax_backward",  "layer_norm",        "layer_norm_backward",
+    "rms_norm", "rms_norm_backward", "fused_add_rms_norm"};
 
 struct Case {
   std::string op;
@@ -79,9 +80,9 @@ std::vector<Case> ShapeCases() {
   struct Shape {
     int64_t rows, cols;
   };
-  const Shape shapes[] = {{37, 1},    {37, 3},    {37, 127},  {37, 199},   {37, 1000},
-                          {19, 4096}, {19, 4097}, {9, 16384}, {5, 32768},  {3, 65536},
-                          {3, 262144}, {0, 100},  {5, 0},     {3001, 199}, {263, 4096}};
+  const Shape shapes[] = {{37, 1},     {37, 3},    {37, 127},  {37, 199},   {37, 1000},
+                          {19, 4096},  {19, 4097}, {9, 16384}, {5, 32768},  {3, 65536},
+                          {3, 262144}, {0, 100},   {5, 0},     {3001, 199}, {263, 4096}};
   for (const char* op : kOps) {
     for (DType dtype : kDtypes) {
       for (const Shape& s : shapes) {
@@ -173,13 +174,13 @@ TEST_P(RowwiseDtype, InPlace) {
     ASSERT_TRUE(layer_norm(x.in(), weight.device.data(), bias.device.data(), x.out(), nullptr,
                            nullptr, s.rows, cols, 1e-5f, dtype, nullptr)
                     .ok());
-    EXPECT_TRUE(Close(x.rows_now(), ref::layer_norm(x.host, weight.host, bias.host, s, 1e-5).y,
-                      R::kValues))
+    EXPECT_TRUE(
+        Close(x.rows_now(), ref::layer_norm(x.host, weight.host, bias.host, s, 1e-5).y, R::kValues))
         << "layer_norm";
     ASSERT_TRUE(x.reset().ok());
-    ASSERT_TRUE(
-        rms_norm(x.in(), weight.device.data(), x.out(), nullptr, s.rows, cols, 1e-6f, dtype, nullptr)
-            .ok());
+    ASSERT_TRUE(rms_norm(x.in(), weight.device.data(), x.out(), nullptr, s.rows, cols, 1e-6f, dtype,
+                         nullptr)
+                    .ok());
     EXPECT_TRUE(Close(x.rows_now(), ref::rms_norm(x.host, weight.host, s, 1e-6).y, R::kValues))
         << "rms_norm";
 
@@ -232,9 +233,9 @@ TEST_P(RowwiseDtype, BackwardIsDeterministic) {
     // Real statistics, from the forward pass.
     DeviceArray y;
     ASSERT_TRUE(y.allocate(dtype, rows * cols).ok());
-    ASSERT_TRUE(layer_norm(x.in(), weight.device.data(), weight.device.data(),
-                           {y.data(), cols}, static_cast<float*>(mean.data()),
-                           static_cast<float*>(rstd.data()), rows, cols, 1e-5f, dtype, nullptr)
+    ASSERT_TRUE(layer_norm(x.in(), weight.device.data(), weight.device.data(), {y.data(), cols},
+                           static_cast<float*>(mean.data()), static_cast<float*>(rstd.data()), rows,
+                           cols, 1e-5f, dtype, nullptr)
                     .ok());
     size_t bytes = 0;
     ASSERT_TRUE(layer_norm_backward_workspace_size(rows, cols, dtype, &bytes).ok());
@@ -245,11 +246,10 @@ TEST_P(RowwiseDtype, BackwardIsDeterministic) {
       ASSERT_TRUE(dx.poison(nullptr).ok());
       ASSERT_TRUE(dweight.poison(nullptr).ok());
       ASSERT_TRUE(dbias.poison(nullptr).ok());
-      ASSERT_TRUE(layer_norm_backward(dy.in(), x.in(), weight.device.data(),
-                                      static_cast<const float*>(mean.data()),
-                                      static_cast<const float*>(rstd.data()), {dx.data(), cols},
-                                      dweight.data(), dbias.data(), workspace.get(), bytes, rows,
-                                      cols, dtype, nullptr)
+      ASSERT_TRUE(layer_norm_backward(
+                      dy.in(), x.in(), weight.device.data(), static_cast<const float*>(mean.data()),
+                      static_cast<const float*>(rstd.data()), {dx.data(), cols}, dweight.data(),
+                      dbias.data(), workspace.get(), bytes, rows, cols, dtype, nullptr)
                       .ok());
       ASSERT_TRUE(dx.download(&out[0], nullptr).ok());
       ASSERT_TRUE(dweight.download(&out[1], nullptr).ok());
@@ -306,15 +306,14 @@ TEST_P(RowwiseDtype, GraphCapture) {
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
     const Status s1 = softmax(x.in(), y.out(), s.rows, cols, dtype, stream.get());
-    const Status s2 = rms_norm(x.in(), weight.device.data(), MatrixRef{nullptr, 0},
-                               static_cast<float*>(rstd.data()), 0, cols, 1e-6f, dtype,
-                               stream.get());
+    const Status s2 =
+        rms_norm(x.in(), weight.device.data(), MatrixRef{nullptr, 0},
+                 static_cast<float*>(rstd.data()), 0, cols, 1e-6f, dtype, stream.get());
     const Status s3 = fused_add_rms_norm(x.out(), residual.out(), weight.device.data(), s.rows,
                                          cols, 1e-6f, dtype, stream.get());
-    const Status s4 = rms_norm_backward(dz.in(), residual.in(), weight.device.data(),
-                                        static_cast<const float*>(rstd.data()), dz.out(),
-                                        dweight.data(), workspace.get(), bytes, s.rows, cols,
-                                        dtype, stream.get());
+    const Status s4 = rms_norm_backward(
+        dz.in(), residual.in(), weight.device.data(), static_cast<const float*>(rstd.data()),
+        dz.out(), dweight.data(), workspace.get(), bytes, s.rows, cols, dtype, stream.get());
     ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
     ASSERT_TRUE(s1.ok()) << s1.to_string();
     ASSERT_TRUE(s2.ok()) << s2.to_string();
@@ -363,11 +362,11 @@ TEST_P(RowwiseDtype, SoftmaxSpecialValues) {
     ASSERT_TRUE(x.make(dtype, s, 12).ok());
     ASSERT_TRUE(y.make(dtype, s, 13).ok());
     for (int64_t c = 0; c < cols; ++c) {
-      x.host.set(0 * cols + c, x.host.get(0 * cols + c) * big / 2);      // large magnitudes
+      x.host.set(0 * cols + c, x.host.get(0 * cols + c) * big / 2);        // large magnitudes
       x.host.set(1 * cols + c, c % 3 == 0 ? -inf : x.host.get(cols + c));  // some -inf
-      x.host.set(2 * cols + c, 0.75);                                    // all equal
-      x.host.set(3 * cols + c, -inf);                                    // all -inf: NaN
-      x.host.set(4 * cols + c, c == cols / 2 ? big : -big);              // one hot
+      x.host.set(2 * cols + c, 0.75);                                      // all equal
+      x.host.set(3 * cols + c, -inf);                                      // all -inf: NaN
+      x.host.set(4 * cols + c, c == cols / 2 ? big : -big);                // one hot
       x.host.set(5 * cols + c, c % 2 ? -big : x.host.get(5 * cols + c));
     }
     ASSERT_TRUE(x.reset().ok());
@@ -386,9 +385,9 @@ TEST_P(RowwiseDtype, BadDeviceArguments) {
   void* odd = static_cast<char*>(a.data()) + 1;
   EXPECT_EQ(softmax({odd, 64}, {b.data(), 64}, 4, 64, dtype, nullptr).code(),
             StatusCode::kMisaligned);
-  EXPECT_EQ(rms_norm({a.data(), 64}, odd, {b.data(), 64}, nullptr, 4, 64, 1e-6f, dtype, nullptr)
-                .code(),
-            StatusCode::kMisaligned);
+  EXPECT_EQ(
+      rms_norm({a.data(), 64}, odd, {b.data(), 64}, nullptr, 4, 64, 1e-6f, dtype, nullptr).code(),
+      StatusCode::kMisaligned);
   size_t bytes = 0;
   ASSERT_TRUE(rms_norm_backward_workspace_size(64, 64, dtype, &bytes).ok());
   ASSERT_GT(bytes, 0u);

@@ -4,19 +4,19 @@
 
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <limits>
 #include <string>
 
 #include "cudaops/rowwise.h"
 #include "harness/cuda_util.h"
+#include "status_assertions.h"
 
 namespace cudaops {
 namespace {
 
-void* fake(uintptr_t address) {
-  return reinterpret_cast<void*>(address);
-}
+using testing::FailsWith;
+using testing::fake;
+
 void* const kX = fake(0x100000);
 void* const kY = fake(0x200000);
 void* const kW = fake(0x300000);
@@ -24,21 +24,6 @@ void* const kB = fake(0x400000);
 float* const kStats = static_cast<float*>(fake(0x500000));
 void* const kWork = fake(0x600000);
 constexpr DType kF16 = DType::kFloat16;
-
-::testing::AssertionResult FailsWith(const Status& status, StatusCode code,
-                                     std::initializer_list<const char*> words) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "got " << status.to_string() << ", expected code " << status_code_name(code);
-  }
-  for (const char* word : words) {
-    if (status.message().find(word) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message '" << status.message() << "' does not name '" << word << "'";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 TEST(RowwiseValidation, Shapes) {
   EXPECT_TRUE(FailsWith(softmax({kX, 8}, {kY, 8}, -1, 8, kF16, nullptr),
@@ -56,22 +41,22 @@ TEST(RowwiseValidation, Shapes) {
 TEST(RowwiseValidation, NullAndMisalignedPointers) {
   EXPECT_TRUE(FailsWith(softmax({nullptr, 8}, {kY, 8}, 4, 8, kF16, nullptr),
                         StatusCode::kInvalidArgument, {"softmax", "x", "null"}));
-  EXPECT_TRUE(FailsWith(layer_norm({kX, 8}, nullptr, kB, {kY, 8}, nullptr, nullptr, 4, 8, 1e-5f,
-                                   kF16, nullptr),
-                        StatusCode::kInvalidArgument, {"layer_norm", "weight", "null"}));
-  EXPECT_TRUE(FailsWith(layer_norm({kX, 8}, kW, nullptr, {kY, 8}, nullptr, nullptr, 4, 8, 1e-5f,
-                                   kF16, nullptr),
-                        StatusCode::kInvalidArgument, {"layer_norm", "bias", "null"}));
-  EXPECT_TRUE(FailsWith(rms_norm({fake(0x100001), 8}, kW, {kY, 8}, nullptr, 4, 8, 1e-6f, kF16,
-                                 nullptr),
-                        StatusCode::kMisaligned, {"rms_norm", "x", "aligned"}));
+  EXPECT_TRUE(FailsWith(
+      layer_norm({kX, 8}, nullptr, kB, {kY, 8}, nullptr, nullptr, 4, 8, 1e-5f, kF16, nullptr),
+      StatusCode::kInvalidArgument, {"layer_norm", "weight", "null"}));
+  EXPECT_TRUE(FailsWith(
+      layer_norm({kX, 8}, kW, nullptr, {kY, 8}, nullptr, nullptr, 4, 8, 1e-5f, kF16, nullptr),
+      StatusCode::kInvalidArgument, {"layer_norm", "bias", "null"}));
+  EXPECT_TRUE(
+      FailsWith(rms_norm({fake(0x100001), 8}, kW, {kY, 8}, nullptr, 4, 8, 1e-6f, kF16, nullptr),
+                StatusCode::kMisaligned, {"rms_norm", "x", "aligned"}));
   EXPECT_TRUE(FailsWith(rms_norm({kX, 8}, kW, {kY, 8}, static_cast<float*>(fake(0x500002)), 4, 8,
                                  1e-6f, kF16, nullptr),
                         StatusCode::kMisaligned, {"rms_norm", "rstd"}));
   EXPECT_TRUE(FailsWith(fused_add_rms_norm({kX, 8}, {nullptr, 8}, kW, 4, 8, 1e-6f, kF16, nullptr),
                         StatusCode::kInvalidArgument, {"fused_add_rms_norm", "residual"}));
-  EXPECT_TRUE(FailsWith(layer_norm_backward({kX, 8}, {kX, 8}, kW, nullptr, kStats, {kY, 8}, kW,
-                                            kB, kWork, 1 << 20, 4, 8, kF16, nullptr),
+  EXPECT_TRUE(FailsWith(layer_norm_backward({kX, 8}, {kX, 8}, kW, nullptr, kStats, {kY, 8}, kW, kB,
+                                            kWork, 1 << 20, 4, 8, kF16, nullptr),
                         StatusCode::kInvalidArgument, {"layer_norm_backward", "mean"}));
   EXPECT_TRUE(FailsWith(layer_norm_backward({kX, 8}, {kX, 8}, kW, kStats, kStats, {kY, 8}, kW,
                                             nullptr, kWork, 1 << 20, 4, 8, kF16, nullptr),
@@ -87,9 +72,9 @@ TEST(RowwiseValidation, NullAndMisalignedPointers) {
 TEST(RowwiseValidation, Eps) {
   for (float eps : {0.0f, -1e-5f, std::numeric_limits<float>::quiet_NaN(),
                     std::numeric_limits<float>::infinity()}) {
-    EXPECT_TRUE(FailsWith(layer_norm({kX, 8}, kW, kB, {kY, 8}, nullptr, nullptr, 4, 8, eps, kF16,
-                                     nullptr),
-                          StatusCode::kInvalidArgument, {"layer_norm", "eps"}));
+    EXPECT_TRUE(
+        FailsWith(layer_norm({kX, 8}, kW, kB, {kY, 8}, nullptr, nullptr, 4, 8, eps, kF16, nullptr),
+                  StatusCode::kInvalidArgument, {"layer_norm", "eps"}));
     EXPECT_TRUE(FailsWith(rms_norm({kX, 8}, kW, {kY, 8}, nullptr, 4, 8, eps, kF16, nullptr),
                           StatusCode::kInvalidArgument, {"rms_norm", "eps"}));
     EXPECT_TRUE(FailsWith(fused_add_rms_norm({kX, 8}, {kY, 8}, kW, 4, 8, eps, kF16, nullptr),
@@ -117,10 +102,10 @@ TEST(RowwiseValidation, EmptyProblemsSucceedWithoutDevice) {
   EXPECT_TRUE(layer_norm({nullptr, 0}, nullptr, nullptr, {nullptr, 0}, nullptr, nullptr, 0, 8,
                          1e-5f, kF16, nullptr)
                   .ok());
-  EXPECT_TRUE(fused_add_rms_norm({nullptr, 0}, {nullptr, 0}, nullptr, 3, 0, 1e-6f, kF16, nullptr)
-                  .ok());
-  EXPECT_TRUE(rms_norm_backward({nullptr, 0}, {nullptr, 0}, nullptr, nullptr, {nullptr, 0},
-                                nullptr, nullptr, 0, 7, 0, kF16, nullptr)
+  EXPECT_TRUE(
+      fused_add_rms_norm({nullptr, 0}, {nullptr, 0}, nullptr, 3, 0, 1e-6f, kF16, nullptr).ok());
+  EXPECT_TRUE(rms_norm_backward({nullptr, 0}, {nullptr, 0}, nullptr, nullptr, {nullptr, 0}, nullptr,
+                                nullptr, 0, 7, 0, kF16, nullptr)
                   .ok());
 }
 
@@ -128,8 +113,7 @@ TEST(RowwiseValidation, ValidArgumentsWithoutDeviceReportCudaError) {
   if (harness::cuda_device_usable(nullptr)) GTEST_SKIP() << "a CUDA device is visible";
   EXPECT_EQ(softmax({kX, 8}, {kY, 8}, 4, 8, kF16, nullptr).code(), StatusCode::kCudaError);
   size_t bytes = 0;
-  EXPECT_EQ(layer_norm_backward_workspace_size(4, 8, kF16, &bytes).code(),
-            StatusCode::kCudaError);
+  EXPECT_EQ(layer_norm_backward_workspace_size(4, 8, kF16, &bytes).code(), StatusCode::kCudaError);
 }
 
 }  // namespace

@@ -8,32 +8,17 @@
 
 #include "cudaops/elementwise.h"
 #include "harness/cuda_util.h"
+#include "status_assertions.h"
 
 namespace cudaops {
 namespace {
 
-// Addresses that are never dereferenced: validation must fail before any launch.
-void* fake(uintptr_t address) {
-  return reinterpret_cast<void*>(address);
-}
+using testing::FailsWith;
+using testing::fake;
+
 void* const kA = fake(0x10000);
 void* const kB = fake(0x20000);
 void* const kOut = fake(0x30000);
-
-::testing::AssertionResult FailsWith(const Status& status, StatusCode code,
-                                     std::initializer_list<const char*> words) {
-  if (status.code() != code) {
-    return ::testing::AssertionFailure()
-           << "got " << status.to_string() << ", expected code " << status_code_name(code);
-  }
-  for (const char* word : words) {
-    if (status.message().find(word) == std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "message '" << status.message() << "' does not name '" << word << "'";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
 
 TEST(AddValidation, NullPointers) {
   EXPECT_TRUE(FailsWith(add(nullptr, kB, kOut, 10, DType::kFloat32, nullptr),

@@ -85,9 +85,12 @@ class RowwiseCase : public OpCase {
       ref::fill_random(host_b_, seed + 1);
     }
     const bool weighted = kind_ != Kind::kSoftmax && kind_ != Kind::kSoftmaxBackward;
+    const bool layer = kind_ == Kind::kLayerNorm || kind_ == Kind::kLayerNormBackward;
     if (weighted) {
       host_weight_ = ref::HostArray(dtype, cols);
       ref::fill_random(host_weight_, seed + 2);
+    }
+    if (layer) {
       host_bias_ = ref::HostArray(dtype, cols);
       ref::fill_random(host_bias_, seed + 3);
     }
@@ -105,17 +108,19 @@ class RowwiseCase : public OpCase {
     Status status = upload(host_a_, &a_);
     if (status.ok() && two_inputs) status = upload(host_b_, &b_);
     if (status.ok() && weighted) status = upload(host_weight_, &weight_);
-    if (status.ok() && weighted) status = upload(host_bias_, &bias_);
+    if (status.ok() && layer) status = upload(host_bias_, &bias_);
     if (status.ok() && !host_rstd_.empty()) {
+      // The backward passes' inputs.
       ref::HostArray mean(DType::kFloat32, rows), rstd(DType::kFloat32, rows);
       for (int64_t r = 0; r < rows; ++r) {
-        mean.set(r, host_mean_.empty() ? 0.0 : host_mean_[r]);
+        if (layer) mean.set(r, host_mean_[r]);
         rstd.set(r, host_rstd_[r]);
       }
-      status = upload(mean, &mean_);
+      if (layer) status = upload(mean, &mean_);
       if (status.ok()) status = upload(rstd, &rstd_);
-    } else if (status.ok() && weighted) {
-      status = mean_.allocate(DType::kFloat32, rows, config_.offset);
+    } else if (status.ok() && (kind_ == Kind::kLayerNorm || kind_ == Kind::kRmsNorm)) {
+      // The forward passes' statistics outputs.
+      if (layer) status = mean_.allocate(DType::kFloat32, rows, config_.offset);
       if (status.ok()) status = rstd_.allocate(DType::kFloat32, rows, config_.offset);
     }
     if (status.ok() && kind_ != Kind::kFusedAddRmsNorm) {
@@ -123,7 +128,7 @@ class RowwiseCase : public OpCase {
     }
     if (status.ok() && (kind_ == Kind::kLayerNormBackward || kind_ == Kind::kRmsNormBackward)) {
       status = dweight_.allocate(dtype, cols, config_.offset);
-      if (status.ok()) status = dbias_.allocate(dtype, cols, config_.offset);
+      if (status.ok() && layer) status = dbias_.allocate(dtype, cols, config_.offset);
       size_t bytes = 0;
       if (status.ok()) {
         status = kind_ == Kind::kLayerNormBackward
@@ -181,14 +186,13 @@ class RowwiseCase : public OpCase {
         return fused_add_rms_norm(MatrixRef{a_.data(), ld}, MatrixRef{b_.data(), ld},
                                   weight_.data(), rows, cols, kRmsNormEps, dtype, stream);
       case Kind::kLayerNormBackward:
-        return layer_norm_backward(a, b, weight_.data(), mean, rstd, out, dweight_.data(),
-                                   dbias_.data(), workspace_.get(),
-                                   static_cast<size_t>(workspace_.size_bytes()), rows, cols,
-                                   dtype, stream);
+        return layer_norm_backward(
+            a, b, weight_.data(), mean, rstd, out, dweight_.data(), dbias_.data(), workspace_.get(),
+            static_cast<size_t>(workspace_.size_bytes()), rows, cols, dtype, stream);
       case Kind::kRmsNormBackward:
-        return rms_norm_backward(a, b, weight_.data(), rstd, out, dweight_.data(),
-                                 workspace_.get(), static_cast<size_t>(workspace_.size_bytes()),
-                                 rows, cols, dtype, stream);
+        return rms_norm_backward(a, b, weight_.data(), rstd, out, dweight_.data(), workspace_.get(),
+                                 static_cast<size_t>(workspace_.size_bytes()), rows, cols, dtype,
+                                 stream);
     }
     return Status(StatusCode::kNotSupported, "unknown row-wise op");
   }
@@ -344,8 +348,8 @@ OpDescriptor rowwise_descriptor(const char* name, const char* summary, Kind kind
                                    Kind::kLayerNorm)) &&
     register_op(rowwise_descriptor("layer_norm_backward", "dx, dweight, dbias of layer_norm",
                                    Kind::kLayerNormBackward)) &&
-    register_op(rowwise_descriptor("rms_norm", "y = x * rstd * weight, with rstd",
-                                   Kind::kRmsNorm)) &&
+    register_op(
+        rowwise_descriptor("rms_norm", "y = x * rstd * weight, with rstd", Kind::kRmsNorm)) &&
     register_op(rowwise_descriptor("rms_norm_backward", "dx, dweight of rms_norm",
                                    Kind::kRmsNormBackward)) &&
     register_op(rowwise_descriptor("fused_add_rms_norm",

@@ -134,16 +134,16 @@ py::object softmax_backward(py::handle y, py::handle dy, py::handle out, py::han
   Status status;
   {
     py::gil_scoped_release nogil;
-    status = cudaops::softmax_backward({vy.data, ry.stride}, {vdy.data, rdy.stride},
-                                       {d_dx, rdx.stride}, ry.rows, ry.cols, vy.dtype,
-                                       ctx.stream());
+    status =
+        cudaops::softmax_backward({vy.data, ry.stride}, {vdy.data, rdy.stride}, {d_dx, rdx.stride},
+                                  ry.rows, ry.cols, vy.dtype, ctx.stream());
   }
   check(status);
   return ctx.finish(out, y);
 }
 
-py::object layer_norm(py::handle x, py::handle weight, py::handle bias, double eps,
-                      py::handle out, bool return_stats, py::handle stream) {
+py::object layer_norm(py::handle x, py::handle weight, py::handle bias, double eps, py::handle out,
+                      bool return_stats, py::handle stream) {
   CallContext ctx("layer_norm", stream);
   ArrayView vx = ctx.import(x, "x", Access::kRead);
   ctx.require_floating(vx);
@@ -223,12 +223,11 @@ py::object fused_add_rms_norm(py::handle x, py::handle residual, py::handle weig
   Status status;
   {
     py::gil_scoped_release nogil;
-    status = cudaops::fused_add_rms_norm({vx.data, rx.stride}, {vr.data, rr.stride}, vw.data,
-                                         rx.rows, rx.cols, static_cast<float>(eps), vx.dtype,
-                                         ctx.stream());
+    status =
+        cudaops::fused_add_rms_norm({vx.data, rx.stride}, {vr.data, rr.stride}, vw.data, rx.rows,
+                                    rx.cols, static_cast<float>(eps), vx.dtype, ctx.stream());
   }
   check(status);
-  ctx.finish(x, x);
   return py::make_tuple(py::reinterpret_borrow<py::object>(x),
                         py::reinterpret_borrow<py::object>(residual));
 }
@@ -266,14 +265,14 @@ py::object norm_backward(bool layer, py::handle dy, py::handle x, py::handle wei
     py::gil_scoped_release nogil;
     const auto* d_mean = static_cast<const float*>(vmean ? vmean->data : nullptr);
     const auto* d_rstd = static_cast<const float*>(vrstd.data);
-    status = layer ? cudaops::layer_norm_backward(
-                         {vdy.data, rdy.stride}, {vx.data, rx.stride}, vw.data, d_mean, d_rstd,
-                         {d_dx, rx.cols}, d_dweight, d_dbias, d_workspace, bytes, rx.rows,
-                         rx.cols, vx.dtype, ctx.stream())
-                   : cudaops::rms_norm_backward({vdy.data, rdy.stride}, {vx.data, rx.stride},
-                                                vw.data, d_rstd, {d_dx, rx.cols}, d_dweight,
-                                                d_workspace, bytes, rx.rows, rx.cols, vx.dtype,
-                                                ctx.stream());
+    status = layer
+                 ? cudaops::layer_norm_backward({vdy.data, rdy.stride}, {vx.data, rx.stride},
+                                                vw.data, d_mean, d_rstd, {d_dx, rx.cols}, d_dweight,
+                                                d_dbias, d_workspace, bytes, rx.rows, rx.cols,
+                                                vx.dtype, ctx.stream())
+                 : cudaops::rms_norm_backward({vdy.data, rdy.stride}, {vx.data, rx.stride}, vw.data,
+                                              d_rstd, {d_dx, rx.cols}, d_dweight, d_workspace,
+                                              bytes, rx.rows, rx.cols, vx.dtype, ctx.stream());
   }
   check(status);
   if (layer) {
@@ -304,25 +303,27 @@ softmax's output. out: written in place when given (it may be y or dy).)doc");
 
 weight and bias: 1-D, x's dtype, as long as x's last axis. eps > 0. With return_stats=True,
 returns (y, mean, rstd), the statistics float32 with x's leading shape.)doc");
-  m.def("layer_norm_backward",
-        [](py::handle dy, py::handle x, py::handle weight, py::handle mean, py::handle rstd,
-           py::handle stream) { return norm_backward(true, dy, x, weight, mean, rstd, stream); },
-        py::arg("dy"), py::arg("x"), py::arg("weight"), py::arg("mean"), py::arg("rstd"),
-        py::kw_only(), py::arg("stream") = py::none(),
-        R"doc(Gradients of layer_norm given its mean and rstd: returns (dx, dweight, dbias).
+  m.def(
+      "layer_norm_backward",
+      [](py::handle dy, py::handle x, py::handle weight, py::handle mean, py::handle rstd,
+         py::handle stream) { return norm_backward(true, dy, x, weight, mean, rstd, stream); },
+      py::arg("dy"), py::arg("x"), py::arg("weight"), py::arg("mean"), py::arg("rstd"),
+      py::kw_only(), py::arg("stream") = py::none(),
+      R"doc(Gradients of layer_norm given its mean and rstd: returns (dx, dweight, dbias).
 dweight and dbias are deterministic (the same bits on every run).)doc");
-  m.def("rms_norm", &rms_norm, py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-6,
-        py::kw_only(), py::arg("out") = py::none(), py::arg("return_rstd") = false,
-        py::arg("stream") = py::none(),
-        R"doc(RMS normalisation over the last axis: x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps).
+  m.def(
+      "rms_norm", &rms_norm, py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-6, py::kw_only(),
+      py::arg("out") = py::none(), py::arg("return_rstd") = false, py::arg("stream") = py::none(),
+      R"doc(RMS normalisation over the last axis: x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps).
 With return_rstd=True, returns (y, rstd), rstd float32 with x's leading shape.)doc");
-  m.def("rms_norm_backward",
-        [](py::handle dy, py::handle x, py::handle weight, py::handle rstd, py::handle stream) {
-          return norm_backward(false, dy, x, weight, py::none(), rstd, stream);
-        },
-        py::arg("dy"), py::arg("x"), py::arg("weight"), py::arg("rstd"), py::kw_only(),
-        py::arg("stream") = py::none(),
-        R"doc(Gradients of rms_norm given its rstd: returns (dx, dweight), dweight deterministic.)doc");
+  m.def(
+      "rms_norm_backward",
+      [](py::handle dy, py::handle x, py::handle weight, py::handle rstd, py::handle stream) {
+        return norm_backward(false, dy, x, weight, py::none(), rstd, stream);
+      },
+      py::arg("dy"), py::arg("x"), py::arg("weight"), py::arg("rstd"), py::kw_only(),
+      py::arg("stream") = py::none(),
+      R"doc(Gradients of rms_norm given its rstd: returns (dx, dweight), dweight deterministic.)doc");
   m.def("fused_add_rms_norm", &fused_add_rms_norm, py::arg("x"), py::arg("residual"),
         py::arg("weight"), py::arg("eps") = 1e-6, py::kw_only(), py::arg("stream") = py::none(),
         R"doc(In place, as in a transformer block: residual += x (rounded to the dtype), then
