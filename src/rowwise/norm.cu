@@ -212,7 +212,8 @@ struct NormBackwardArgs {
   int64_t cols;
 };
 
-template <bool kLayer, typename T, int kThreads, int kVecs, int N>
+// kSplit: the blocks of a cluster share each row (row_walk); a cluster is then one unit.
+template <bool kLayer, typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     norm_backward_cached(NormBackwardArgs<T> a) {
   constexpr int K = kLayer ? 2 : 1;
@@ -220,9 +221,10 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
   constexpr int kRows = kRowsPerBlock<kThreads>;
   using TileT = Tile<T, kThreads, kVecs, N>;
   const int t = threadIdx.x % kThreads;
-  const int cols = static_cast<int>(a.cols);
+  const RowWalk walk = row_walk<kThreads, kSplit>(static_cast<int>(a.cols), TileT::kCols);
+  const int cols = walk.cols;  // of this block's part of the row
+  const T* weight = a.weight + walk.offset;
   const T zero = from_float<T>(0.0f);
-  const int64_t unit = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads;
   float dw[kVecs][N];
   float db[kVecs][N];
 #pragma unroll
@@ -233,10 +235,11 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
       db[j][e] = 0.0f;
     }
   }
-  for (int64_t row = unit; row < a.rows; row += static_cast<int64_t>(gridDim.x) * kRows) {
+  split_begin<kSplit>();
+  for (int64_t row = walk.first; row < a.rows; row += walk.step) {
     TileT tdy, tx;
-    tdy.load(a.dy + row * a.dy_stride, cols, t, zero);
-    tx.load(a.x + row * a.x_stride, cols, t, zero);
+    tdy.load(a.dy + row * a.dy_stride + walk.offset, cols, t, zero);
+    tx.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);
     const float mean = kLayer ? a.mean[row] : 0.0f;
     const float rstd = a.rstd[row];
     float s[K];
@@ -246,7 +249,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
       float w[N];
-      load_chunk<T, N>(a.weight, TileT::col(j, t), cols, w, 0.0f);
+      load_chunk<T, N>(weight, TileT::col(j, t), cols, w, 0.0f);
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float xh = (tx.get(j, e) - mean) * rstd;
@@ -255,15 +258,15 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
         s[K - 1] = fmaf(g, xh, s[K - 1]);
       }
     }
-    row_allreduce<kThreads>(s, scratch, SumOp{});
-    const float mean_g = kLayer ? s[0] / static_cast<float>(cols) : 0.0f;
-    const float mean_gx = s[K - 1] / static_cast<float>(cols);
-    T* dxr = a.dx + row * a.dx_stride;
+    row_allreduce<kThreads, kSplit>(s, scratch, SumOp{});
+    const float mean_g = kLayer ? s[0] / static_cast<float>(a.cols) : 0.0f;
+    const float mean_gx = s[K - 1] / static_cast<float>(a.cols);
+    T* dxr = a.dx + row * a.dx_stride + walk.offset;
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
       const int c = TileT::col(j, t);
       float w[N];
-      load_chunk<T, N>(a.weight, c, cols, w, 0.0f);
+      load_chunk<T, N>(weight, c, cols, w, 0.0f);
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float d = tdy.get(j, e);
@@ -275,6 +278,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
       store_chunk<T, N>(dxr, c, cols, w);
     }
   }
+  split_end<kSplit>();
   // One partial row per block: the warps of a block add theirs first, in warp order.
   if constexpr (kRows > 1) {
     __shared__ float others[K][kRows - 1][TileT::kCols];
@@ -304,7 +308,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
       }
     }
   }
-  float* partial = a.partials + static_cast<int64_t>(blockIdx.x) * a.cols;
+  float* partial = a.partials + static_cast<int64_t>(walk.group) * a.cols + walk.offset;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
 #pragma unroll
@@ -437,6 +441,16 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
   });
 }
 
+/// The split kernel of a backward pass, and the columns each of its blocks holds.
+template <bool kLayer, typename T>
+auto split_kernel() {
+  using S = BackwardSplitShape;
+  return norm_backward_cached<kLayer, T, S::threads, S::vecs, kVec16<T>, true>;
+}
+template <typename T>
+constexpr int64_t kBackwardSplitCols =
+    int64_t{BackwardSplitShape::threads} * BackwardSplitShape::vecs* kVec16<T>;
+
 /// The launch of a backward pass: which kernel, its grid, and the workspace it needs.
 template <bool kLayer>
 Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bool aligned,
@@ -451,6 +465,13 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
     using T = decltype(tag);
     constexpr int V = kVec16<T>;
     const int config = aligned ? pick_cached(cols, V, kBackwardCachedCount) : -1;
+    int parts = 0;  // blocks per row of the split kernel
+    if (config < 0 && aligned) {
+      if (Status s = split_parts(op, reinterpret_cast<const void*>(split_kernel<kLayer, T>()), cols,
+                                 kBackwardSplitCols<T>, &parts);
+          !s.ok())
+        return s;
+    }
     int per_sm = 0;
     cudaError_t error = cudaSuccess;
     if (config >= 0) {
@@ -458,7 +479,7 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
         using S = decltype(shape);
         constexpr int kRows = kRowsPerBlock<S::threads>;
         error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, norm_backward_cached<kLayer, T, S::threads, S::vecs, V>,
+            &per_sm, norm_backward_cached<kLayer, T, S::threads, S::vecs, V, false>,
             kBlockThreads<S::threads>, 0);
         const int64_t groups = (rows + kRows - 1) / kRows;
         plan->blocks = static_cast<unsigned>(std::min<int64_t>(groups, sms * std::max(per_sm, 1)));
@@ -468,6 +489,25 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
       if (!status.ok()) return status;
       plan->cached = true;
       plan->config = config;
+    } else if (parts > 0) {
+      // Clusters of `parts` blocks share each row; each cluster is one unit.
+      using S = BackwardSplitShape;
+      cudaLaunchAttribute attribute = {};
+      attribute.id = cudaLaunchAttributeClusterDimension;
+      attribute.val.clusterDim.x = static_cast<unsigned>(parts);
+      attribute.val.clusterDim.y = 1;
+      attribute.val.clusterDim.z = 1;
+      cudaLaunchConfig_t launch = {};
+      launch.gridDim = dim3(static_cast<unsigned>(parts));
+      launch.blockDim = dim3(S::threads);
+      launch.attrs = &attribute;
+      launch.numAttrs = 1;
+      int clusters = 0;
+      error = cudaOccupancyMaxActiveClusters(&clusters, split_kernel<kLayer, T>(), &launch);
+      plan->split = parts;
+      plan->units = std::min<int64_t>(rows, std::max(clusters, 1));
+      plan->blocks = static_cast<unsigned>(plan->units * parts);
+      plan->threads = S::threads;
     } else {
       // The accumulators (K x cols float32) are what the streamed kernel keeps in shared memory.
       const void* kernel =
@@ -546,10 +586,14 @@ Status launch_backward(const char* op, const NormBackwardArgs<void>& untyped, vo
     if (plan.cached) {
       return with_cached_shape<kBackwardCachedCount>(plan.config, [&](auto shape) {
         using S = decltype(shape);
-        norm_backward_cached<kLayer, T, S::threads, S::vecs, V>
+        norm_backward_cached<kLayer, T, S::threads, S::vecs, V, false>
             <<<plan.blocks, kBlockThreads<S::threads>, 0, stream>>>(a);
         return check_launch(op, stream);
       });
+    }
+    if (plan.split > 0) {
+      return launch_split(op, split_kernel<kLayer, T>(), static_cast<unsigned>(plan.units),
+                          plan.split, plan.threads, stream, a);
     }
     if (aligned) {
       norm_backward_streamed<kLayer, T, V>

@@ -10,6 +10,11 @@
 // - "streamed": one block per row walks the row in chunks of N elements (N = a 16-byte vector, or
 //   1 for misaligned rows) once per pass, re-reading it (from L2 when it fits) between passes.
 //   Used for misaligned rows and rows too long for registers.
+// - "split" (the norm backward passes, sm_90 and newer): the cached shape, with each row shared
+//   by the blocks of a thread-block cluster, which add their partial sums through distributed
+//   shared memory. It keeps the parameter-gradient accumulators in registers for rows too long
+//   for one block.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,10 +51,96 @@ __device__ __forceinline__ void warp_allreduce(float (&v)[K], Op op) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Split rows: on sm_90 and newer the blocks of a thread-block cluster may share a row, each
+// holding one part of it; their partial results meet through distributed shared memory. Every
+// block of a cluster walks the same rows and reduces in the same order, so the cluster barrier
+// phases line up. Each block's reduction slot is guarded by two phases: "written" (all slots
+// are filled before anyone reads) and "read" (nobody overwrites a slot a peer may still read;
+// this phase is only waited for at the next reduction, so it costs no stall in between).
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define CUDAOPS_HAS_CLUSTERS 1
+#else
+#define CUDAOPS_HAS_CLUSTERS 0
+#endif
+
+__device__ __forceinline__ void cluster_arrive() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_wait() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+/// The rows a thread of a cached-shape kernel walks, and the part of each row its block holds.
+struct RowWalk {
+  int64_t first;  ///< the thread's first row
+  int64_t step;   ///< rows between two of its rows
+  int offset;     ///< first column of the block's part
+  int cols;       ///< columns in the part (the whole row when rows are not split)
+  int group;      ///< the block's index among the blocks (or clusters) of the grid
+};
+
+/// kSplit: the block is part `rank` of a cluster of blocks sharing each row, holding columns
+/// [rank * part_cols, (rank + 1) * part_cols). Otherwise kRowsPerBlock rows per block.
+template <int kThreads, bool kSplit>
+__device__ __forceinline__ RowWalk row_walk(int cols, int part_cols);
+
+/// Opens and closes the barrier protocol of a split kernel (no-ops without a split): call before
+/// the first row and after the last, in every thread.
+template <bool kSplit>
+__device__ __forceinline__ void split_begin() {
+  if constexpr (kSplit) cluster_arrive();
+}
+template <bool kSplit>
+__device__ __forceinline__ void split_end() {
+  if constexpr (kSplit) cluster_wait();
+}
+
+/// Combines the block-wide values v of the blocks of the cluster, in rank order (the same bits in
+/// every block). Every thread of the block calls it with the same v.
+template <int K, class Op>
+__device__ __forceinline__ void cluster_allreduce(float (&v)[K], Op op) {
+#if CUDAOPS_HAS_CLUSTERS
+  __shared__ float slot[K];
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster_wait();  // the peers have read this block's previous slot (or have all started)
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      slot[k] = v[k];
+  }
+  cluster_arrive();
+  cluster_wait();  // every slot is written
+  const unsigned parts = cluster.num_blocks();
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    v[k] = Op::kIdentity;
+  for (unsigned r = 0; r < parts; ++r) {
+    const float* peer = cluster.map_shared_rank(slot, r);
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      v[k] = op(v[k], peer[k]);
+  }
+  cluster_arrive();  // done reading
+#else
+  (void)v;
+  (void)op;
+  __trap();  // split kernels are only launched where they were built for sm_90 or newer
+#endif
+}
+
 /// All-reduce over the threads that share a row: kThreads == 32 is one warp; more is the whole
 /// block (one row per block); 0 is the whole block of any blockDim.x (a multiple of 32), as the
-/// streamed kernels launch. Goes through `scratch` (K * 32 floats of shared memory).
-template <int kThreads, int K, class Op>
+/// streamed kernels launch. Goes through `scratch` (K * 32 floats of shared memory). kSplit: then
+/// over the blocks of the cluster sharing the row.
+template <int kThreads, bool kSplit = false, int K, class Op>
 __device__ __forceinline__ void row_allreduce(float (&v)[K], float* scratch, Op op) {
   warp_allreduce(v, op);
   if constexpr (kThreads != kWarp) {
@@ -69,6 +160,7 @@ __device__ __forceinline__ void row_allreduce(float (&v)[K], float* scratch, Op 
     warp_allreduce(v, op);
     __syncthreads();  // scratch may be reused at once
   }
+  if constexpr (kSplit) cluster_allreduce(v, op);
 }
 
 /// The threads of a streamed kernel's row: the whole block, whatever its size.
@@ -209,13 +301,38 @@ inline constexpr int kRowsPerBlock = kThreads == kWarp ? 4 : 1;
 template <int kThreads>
 inline constexpr int kBlockThreads = kThreads* kRowsPerBlock<kThreads>;
 
+template <int kThreads, bool kSplit>
+__device__ __forceinline__ RowWalk row_walk(int cols, int part_cols) {
+  if constexpr (kSplit) {
+    static_assert(kRowsPerBlock<kThreads> == 1, "a split row takes whole blocks");
+    int rank = 0;
+    int parts = 1;
+#if CUDAOPS_HAS_CLUSTERS
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    rank = static_cast<int>(cluster.block_rank());
+    parts = static_cast<int>(cluster.num_blocks());
+#endif
+    // One-dimensional clusters take consecutive blocks.
+    const int group = static_cast<int>(blockIdx.x) / parts;
+    const int offset = rank * part_cols;
+    return {group, static_cast<int64_t>(gridDim.x / parts), offset, min(cols - offset, part_cols),
+            group};
+  } else {
+    constexpr int kRows = kRowsPerBlock<kThreads>;
+    return {static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads,
+            static_cast<int64_t>(gridDim.x) * kRows, 0, cols, static_cast<int>(blockIdx.x)};
+  }
+}
+
 }  // namespace cudaops::detail::rowwise
 
 // ---------------------------------------------------------------------------------------------
 // Host: from a kCachedLadder index to the template arguments.
 #include <type_traits>
 
+#include "core/launch.h"
 #include "cudaops/status.h"
+#include "rowwise/rowwise_host.h"
 
 namespace cudaops::detail::rowwise {
 
@@ -256,6 +373,33 @@ Status with_cached_shape(int index, F&& f) {
       break;
   }
   return Status(StatusCode::kNotSupported, "row-wise: no cached kernel for this row length");
+}
+
+/// The cached shape of the norm backward kernel whose blocks share a row in clusters (row_walk).
+using BackwardSplitShape = CachedShape<128, 4>;
+
+/// Launches a split kernel: `clusters` clusters of `parts` blocks of `threads` threads.
+template <typename... Params, typename... Args>
+Status launch_split(const char* op, void (*kernel)(Params...), unsigned clusters, int parts,
+                    int threads, cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(parts);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(clusters * static_cast<unsigned>(parts));
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  const cudaError_t error = cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();  // the launch error is reported here, not by a later call
+    return detail::cuda_status(error, op, "kernel launch failed");
+  }
+  return detail::check_launch(op, stream);
 }
 
 }  // namespace cudaops::detail::rowwise

@@ -80,6 +80,28 @@ Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t col
   return Status();
 }
 
+Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols,
+                   int* parts) {
+  *parts = 0;
+  if (cols <= part_cols || cols > kMaxSplit * part_cols) return Status();
+  int device = 0;
+  int major = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess) {
+    error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  }
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  if (major < 9) return Status();
+  cudaFuncAttributes attributes = {};
+  error = cudaFuncGetAttributes(&attributes, kernel);
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the kernel");
+  // Both the PTX the image came from and the image itself must be sm_90 or newer: a kernel
+  // compiled from older PTX holds no cluster code.
+  if (attributes.ptxVersion < 90 || attributes.binaryVersion < 90) return Status();
+  *parts = static_cast<int>((cols + part_cols - 1) / part_cols);
+  return Status();
+}
+
 namespace {
 
 constexpr int kReduceCols = 32;  // columns per block (one warp wide)

@@ -83,6 +83,21 @@ struct StreamedLaunch {
 Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t cols, int n,
                      DType dtype, StreamedLaunch* launch);
 
+/// The most blocks that share a row (a portable thread-block cluster size).
+inline constexpr int kMaxSplit = 8;
+
+/// Blocks per row when rows of cols elements are split over a cluster of blocks of `kernel`
+/// (a split cached kernel, part_cols columns per block), or 0 when they are not: a row that needs
+/// more than kMaxSplit blocks, a device older than sm_90, or a kernel image built for an older
+/// architecture (which cannot use clusters).
+Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols, int* parts);
+
+/// Clusters of a grid-stride launch over `rows` rows split into `parts` blocks each.
+inline unsigned split_clusters(int64_t rows, int parts) {
+  const int64_t most = (int64_t{1} << 30) / parts;
+  return static_cast<unsigned>(rows < most ? (rows > 0 ? rows : 1) : most);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The backward passes of the norms: each of `units` row units (a warp or a block) owns a
 // partial row of `accumulators` x cols float32 sums in the workspace, written once; a second
@@ -91,7 +106,8 @@ Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t col
 struct ParamGradPlan {
   bool cached = false;   // the cached kernel (else the streamed one)
   int config = -1;       // kCachedLadder index when cached
-  int threads = 0;       // block size of the streamed kernel
+  int split = 0;         // else blocks per row of the split cached kernel, when > 0
+  int threads = 0;       // block size of the streamed or split kernel
   unsigned blocks = 0;   // persistent grid
   int64_t units = 0;     // partial rows per accumulator
   size_t smem = 0;       // dynamic shared memory of the streamed kernel (accumulators)
