@@ -240,6 +240,12 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     TileT tdy, tx;
     tdy.load(a.dy + row * a.dy_stride + walk.offset, cols, t, zero);
     tx.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);
+    if (row + walk.step < a.rows) {
+      // The next row's loads then find it in L2 (issued after this row's, which they would
+      // otherwise delay, and before the reductions, which wait for them).
+      TileT::prefetch(a.dy + (row + walk.step) * a.dy_stride + walk.offset, cols, t);
+      TileT::prefetch(a.x + (row + walk.step) * a.x_stride + walk.offset, cols, t);
+    }
     const float mean = kLayer ? a.mean[row] : 0.0f;
     const float rstd = a.rstd[row];
     float s[K];

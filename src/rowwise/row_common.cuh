@@ -251,6 +251,15 @@ struct Tile {
     }
   }
 
+  /// Asks L2 for the thread's chunks of a row that will be loaded later (no registers held).
+  __device__ __forceinline__ static void prefetch(const T* row, int cols, int t) {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int c = col(j, t);
+      if (c < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + c));
+    }
+  }
+
   __device__ __forceinline__ float get(int j, int e) const {
     return to_float(raw[j].v[e]);
   }
