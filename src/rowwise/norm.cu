@@ -498,18 +498,9 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
     } else if (parts > 0) {
       // Clusters of `parts` blocks share each row; each cluster is one unit.
       using S = BackwardSplitShape;
-      cudaLaunchAttribute attribute = {};
-      attribute.id = cudaLaunchAttributeClusterDimension;
-      attribute.val.clusterDim.x = static_cast<unsigned>(parts);
-      attribute.val.clusterDim.y = 1;
-      attribute.val.clusterDim.z = 1;
-      cudaLaunchConfig_t launch = {};
-      launch.gridDim = dim3(static_cast<unsigned>(parts));
-      launch.blockDim = dim3(S::threads);
-      launch.attrs = &attribute;
-      launch.numAttrs = 1;
+      const SplitConfig one(1, parts, S::threads, nullptr);
       int clusters = 0;
-      error = cudaOccupancyMaxActiveClusters(&clusters, split_kernel<kLayer, T>(), &launch);
+      error = cudaOccupancyMaxActiveClusters(&clusters, split_kernel<kLayer, T>(), &one.config);
       plan->split = parts;
       plan->units = std::min<int64_t>(rows, std::max(clusters, 1));
       plan->blocks = static_cast<unsigned>(plan->units * parts);

@@ -92,12 +92,6 @@ inline constexpr int kMaxSplit = 8;
 /// architecture (which cannot use clusters).
 Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols, int* parts);
 
-/// Clusters of a grid-stride launch over `rows` rows split into `parts` blocks each.
-inline unsigned split_clusters(int64_t rows, int parts) {
-  const int64_t most = (int64_t{1} << 30) / parts;
-  return static_cast<unsigned>(rows < most ? (rows > 0 ? rows : 1) : most);
-}
-
 // ---------------------------------------------------------------------------------------------
 // The backward passes of the norms: each of `units` row units (a warp or a block) owns a
 // partial row of `accumulators` x cols float32 sums in the workspace, written once; a second
