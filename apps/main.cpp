@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", cudaops::version_string());
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_list_command(app), add_run_command(app),
-                                         add_bench_command(app), add_info_command(app)};
+                                         add_bench_command(app), add_info_command(app),
+                                         add_jit_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

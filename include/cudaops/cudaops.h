@@ -3,6 +3,7 @@
 // Everything in the public API.
 #include "cudaops/dtype.h"
 #include "cudaops/elementwise.h"
+#include "cudaops/jit.h"
 #include "cudaops/rowwise.h"
 #include "cudaops/status.h"
 #include "cudaops/stream.h"

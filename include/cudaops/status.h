@@ -16,6 +16,7 @@ enum class StatusCode : int {
   kWorkspaceTooSmall = 4,  ///< the caller's scratch buffer is smaller than the size query said
   kNotSupported = 5,       ///< valid, but not implemented by this build or device
   kCudaError = 6,          ///< the CUDA runtime reported an error (see cuda_error())
+  kCompileError = 7,       ///< run-time compilation failed; the message holds the compiler's log
 };
 
 /// Short lower-case name of a code, e.g. "invalid argument".

@@ -18,6 +18,8 @@ const char* status_code_name(StatusCode code) noexcept {
       return "not supported";
     case StatusCode::kCudaError:
       return "CUDA error";
+    case StatusCode::kCompileError:
+      return "compile error";
   }
   return "unknown status";
 }

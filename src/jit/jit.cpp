@@ -1,0 +1,721 @@
+// cudaops::jit: compile (key, caches, NVRTC) and the Kernel handle (load, checks, launch).
+#include "cudaops/jit.h"
+
+#include <cuda_runtime_api.h>
+#include <pwd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/launch.h"
+#include "cudaops/version.h"
+#include "jit/disk_cache.h"
+#include "jit/include_scan.h"
+#include "jit/nvrtc_loader.h"
+#include "jit/options.h"
+#include "jit/sha256.h"
+
+namespace cudaops::jit {
+
+namespace detail {
+
+/// One compiled kernel: what NVRTC made, and its loaded form per device.
+struct Module {
+  CompileInfo info;
+  Resources resources;
+  std::string ptx;
+  std::vector<char> cubin;
+
+  struct PerDevice {
+    cudaFuncAttributes attributes{};
+    std::vector<Parameter> parameters;
+    size_t dynamic_shared_limit = 0;  // what the kernel is opted in to
+    int optin_shared = 0;             // the device's opt-in maximum per block
+    int max_grid[3] = {0, 0, 0};
+  };
+  std::mutex mutex;
+  cudaLibrary_t library = nullptr;
+  cudaKernel_t kernel = nullptr;
+  std::map<int, PerDevice> devices;
+
+  Status device_state(int device, PerDevice** out);
+};
+
+}  // namespace detail
+
+using detail::Module;
+
+namespace {
+
+using detail::DiskCache;
+using detail::Nvrtc;
+using detail::ParsedOptions;
+using detail::PayloadReader;
+using detail::PayloadWriter;
+using detail::Sha256;
+
+constexpr const char* kOp = "jit";
+
+double since_ms(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// ---- settings ----------------------------------------------------------------------------
+
+std::string default_directory() {
+  if (const char* dir = std::getenv("CUDAOPS_CACHE_DIR")) {
+    if (*dir != '\0') return dir;
+  }
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME")) {
+    if (*xdg == '/') return std::string(xdg) + "/cudaops";
+  }
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || *home != '/') {
+    const passwd* entry = getpwuid(getuid());
+    home = entry != nullptr ? entry->pw_dir : nullptr;
+  }
+  return home != nullptr && *home == '/' ? std::string(home) + "/.cache/cudaops" : "";
+}
+
+CacheConfig environment_config() {
+  CacheConfig config;
+  if (const char* enabled = std::getenv("CUDAOPS_JIT_CACHE")) {
+    const std::string value = enabled;
+    config.disk_enabled = !(value == "0" || value == "off" || value == "OFF" || value == "false");
+  }
+  if (const char* max_bytes = std::getenv("CUDAOPS_JIT_CACHE_MAX_BYTES")) {
+    char* end = nullptr;
+    const unsigned long long value = std::strtoull(max_bytes, &end, 10);
+    if (end != max_bytes && *end == '\0') config.max_bytes = value;
+  }
+  config.directory = default_directory();
+  return config;
+}
+
+std::mutex config_mutex;
+
+CacheConfig& config_slot() {
+  static CacheConfig config = environment_config();
+  return config;
+}
+
+// ---- the in-process cache ----------------------------------------------------------------
+
+std::mutex memory_mutex;
+
+// Never destroyed: kernels loaded into CUDA must not be unloaded after the runtime is gone.
+std::unordered_map<std::string, std::shared_ptr<Module>>& memory_cache() {
+  static auto* cache = new std::unordered_map<std::string, std::shared_ptr<Module>>();
+  return *cache;
+}
+
+// ---- entries -----------------------------------------------------------------------------
+
+std::string serialize(const Module& module) {
+  PayloadWriter out;
+  out.bytes(module.info.lowered_name);
+  out.bytes(module.info.arch);
+  out.bytes(module.info.nvrtc_version);
+  out.bytes(module.info.log);
+  out.bytes(module.ptx);
+  out.bytes(std::string(module.cubin.begin(), module.cubin.end()));
+  out.f64(module.info.nvrtc_ms);
+  const Resources& r = module.resources;
+  for (int64_t value : {int64_t{r.registers}, int64_t{r.barriers}, r.stack_frame_bytes,
+                        r.spill_store_bytes, r.spill_load_bytes, r.static_shared_bytes}) {
+    out.u64(static_cast<uint64_t>(value));
+  }
+  return out.take();
+}
+
+bool deserialize(const std::string& payload, Module* module) {
+  PayloadReader in(payload);
+  std::string cubin;
+  bool ok = in.bytes(&module->info.lowered_name) && in.bytes(&module->info.arch) &&
+            in.bytes(&module->info.nvrtc_version) && in.bytes(&module->info.log) &&
+            in.bytes(&module->ptx) && in.bytes(&cubin) && in.f64(&module->info.nvrtc_ms);
+  uint64_t values[6] = {};
+  for (uint64_t& value : values) ok = ok && in.u64(&value);
+  if (!ok || !in.at_end() || module->info.lowered_name.empty()) return false;
+  module->cubin.assign(cubin.begin(), cubin.end());
+  Resources& r = module->resources;
+  r.registers = static_cast<int>(static_cast<int64_t>(values[0]));
+  r.barriers = static_cast<int>(static_cast<int64_t>(values[1]));
+  r.stack_frame_bytes = static_cast<int64_t>(values[2]);
+  r.spill_store_bytes = static_cast<int64_t>(values[3]);
+  r.spill_load_bytes = static_cast<int64_t>(values[4]);
+  r.static_shared_bytes = static_cast<int64_t>(values[5]);
+  return true;
+}
+
+// ---- the ptxas report --------------------------------------------------------------------
+
+int64_t number_before(const std::string& text, const char* suffix, int64_t fallback) {
+  const size_t at = text.find(suffix);
+  if (at == std::string::npos || at == 0) return fallback;
+  size_t begin = at;
+  while (begin > 0 && text[begin - 1] == ' ') --begin;
+  size_t digits = begin;
+  while (digits > 0 && std::isdigit(static_cast<unsigned char>(text[digits - 1]))) --digits;
+  if (digits == begin) return fallback;
+  return std::strtoll(text.c_str() + digits, nullptr, 10);
+}
+
+// Reads "Compiling entry function '<name>'" and the lines after it, up to the next function.
+bool parse_resources(const std::string& log, const std::string& name, Resources* out) {
+  const std::string marker = "Compiling entry function '" + name + "'";
+  const size_t begin = log.find(marker);
+  if (begin == std::string::npos) return false;
+  size_t end = log.find("Compiling entry function '", begin + marker.size());
+  if (end == std::string::npos) end = log.size();
+  const std::string block = log.substr(begin, end - begin);
+  Resources r;
+  r.stack_frame_bytes = number_before(block, " bytes stack frame", 0);
+  r.spill_store_bytes = number_before(block, " bytes spill stores", 0);
+  r.spill_load_bytes = number_before(block, " bytes spill loads", 0);
+  r.registers = static_cast<int>(number_before(block, " registers", -1));
+  r.barriers = static_cast<int>(number_before(block, " barriers", 0));
+  r.static_shared_bytes = number_before(block, " bytes smem", 0);
+  *out = r;
+  return true;
+}
+
+// ---- the target --------------------------------------------------------------------------
+
+Status device_arch(const Nvrtc& nvrtc, std::string* arch) {
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  int major = 0, minor = 0;
+  if (error == cudaSuccess) {
+    error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  }
+  if (error == cudaSuccess) {
+    error = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  }
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Status(StatusCode::kCudaError,
+                  std::string("jit: no CUDA device to compile for (") + cudaGetErrorName(error) +
+                      ": " + cudaGetErrorString(error) +
+                      "); give -arch=sm_XY to compile without one",
+                  static_cast<int>(error));
+  }
+  const int cc = major * 10 + minor;
+  for (int supported : nvrtc.archs) {
+    if (supported == cc) {
+      *arch = "sm_" + std::to_string(cc);
+      return Status();
+    }
+  }
+  const int newest = nvrtc.archs.back();
+  if (cc > newest) {
+    // A GPU newer than this NVRTC: PTX, compiled by the driver when loaded.
+    *arch = "compute_" + std::to_string(newest);
+    return Status();
+  }
+  return Status(StatusCode::kNotSupported, "jit: NVRTC " + nvrtc.version_text +
+                                               " cannot compile for this GPU (sm_" +
+                                               std::to_string(cc) + ")");
+}
+
+struct Prepared {
+  const Nvrtc* nvrtc = nullptr;
+  ParsedOptions options;
+  std::string arch;
+  std::string source_dir;
+  detail::Dependencies dependencies;
+  Sha256::Digest key{};
+};
+
+Status check_request(const CompileRequest& request) {
+  if (request.source.empty()) {
+    return Status(StatusCode::kInvalidArgument, "jit: source must not be empty");
+  }
+  if (request.source.find('\0') != std::string::npos) {
+    return Status(StatusCode::kInvalidArgument, "jit: source must not contain a NUL character");
+  }
+  if (request.kernel.empty()) {
+    return Status(StatusCode::kInvalidArgument,
+                  "jit: kernel must name a __global__ function (or a name expression such as "
+                  "\"scale<float>\")");
+  }
+  if (request.file_name.empty() || request.file_name.find('\0') != std::string::npos) {
+    return Status(StatusCode::kInvalidArgument, "jit: file_name must be a non-empty file name");
+  }
+  return Status();
+}
+
+Sha256::Digest key_of(const CompileRequest& request, const Prepared& prepared) {
+  Sha256 hash;
+  hash.field("cudaops-jit-key-1");
+  hash.field(version_string());
+  hash.field(prepared.nvrtc->version_text);
+  hash.field(prepared.arch);
+  hash.field(request.file_name);
+  hash.field(prepared.source_dir);
+  hash.field(request.source);
+  hash.field(request.kernel);
+  hash.field(static_cast<uint64_t>(prepared.options.nvrtc.size()));
+  for (const std::string& option : prepared.options.nvrtc) hash.field(option);
+  hash.update(prepared.dependencies.digest.data(), prepared.dependencies.digest.size());
+  return hash.finish();
+}
+
+detail::Dependencies scan(const CompileRequest& request, const Prepared& prepared) {
+  return detail::scan_dependencies(request.source, prepared.source_dir,
+                                   prepared.options.include_dirs,
+                                   prepared.options.pre_includes);
+}
+
+Status prepare(const CompileRequest& request, Prepared* out) {
+  Status status = check_request(request);
+  if (!status.ok()) return status;
+  status = detail::parse_options(request.options, &out->options);
+  if (!status.ok()) return status;
+  status = detail::load_nvrtc(&out->nvrtc);
+  if (!status.ok()) return status;
+  if (!out->options.arch.empty()) {
+    out->arch = out->options.arch;
+  } else {
+    status = device_arch(*out->nvrtc, &out->arch);
+    if (!status.ok()) return status;
+  }
+  std::error_code error;
+  const std::filesystem::path file = std::filesystem::absolute(request.file_name, error);
+  out->source_dir = error ? "." : file.parent_path().lexically_normal().string();
+  out->dependencies = scan(request, *out);
+  out->key = key_of(request, *out);
+  return Status();
+}
+
+// Runs NVRTC. On success fills module's code, log, lowered name and resources.
+Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module* module) {
+  const Nvrtc& nvrtc = *prepared.nvrtc;
+  nvrtcProgram program = nullptr;
+  nvrtcResult result = nvrtc.create_program(&program, request.source.c_str(),
+                                            request.file_name.c_str(), 0, nullptr, nullptr);
+  if (result != NVRTC_SUCCESS) {
+    return Status(StatusCode::kCompileError,
+                  std::string("jit: nvrtcCreateProgram failed: ") + nvrtc.error_string(result));
+  }
+  struct Destroy {
+    const Nvrtc& nvrtc;
+    nvrtcProgram* program;
+    ~Destroy() { nvrtc.destroy_program(program); }
+  } destroy{nvrtc, &program};
+
+  result = nvrtc.add_name_expression(program, request.kernel.c_str());
+  if (result != NVRTC_SUCCESS) {
+    return Status(StatusCode::kInvalidArgument, "jit: kernel '" + request.kernel +
+                                                    "' is not a usable name expression: " +
+                                                    nvrtc.error_string(result));
+  }
+  const bool sass = prepared.arch.compare(0, 3, "sm_") == 0;
+  std::vector<std::string> options = prepared.options.nvrtc;
+  options.push_back("--gpu-architecture=" + prepared.arch);
+  if (sass) options.emplace_back("--ptxas-options=-v");
+  std::vector<const char*> pointers;
+  for (const std::string& option : options) pointers.push_back(option.c_str());
+
+  const auto start = std::chrono::steady_clock::now();
+  result = nvrtc.compile_program(program, static_cast<int>(pointers.size()), pointers.data());
+  module->info.nvrtc_ms = since_ms(start);
+  size_t log_size = 0;
+  if (nvrtc.program_log_size(program, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+    module->info.log.resize(log_size);
+    if (nvrtc.program_log(program, &module->info.log[0]) != NVRTC_SUCCESS) module->info.log.clear();
+    while (!module->info.log.empty() && module->info.log.back() == '\0') {
+      module->info.log.pop_back();
+    }
+  }
+  if (result == NVRTC_ERROR_INVALID_OPTION) {
+    std::string text = "jit: NVRTC refused the options:";
+    for (const std::string& option : options) text += " " + option;
+    if (!module->info.log.empty()) text += "\n" + module->info.log;
+    return Status(StatusCode::kInvalidArgument, text);
+  }
+  if (result != NVRTC_SUCCESS && module->info.log.find("__nv_name_map") != std::string::npos) {
+    // The error is in the name expression NVRTC made of `kernel`, not in the source.
+    return Status(StatusCode::kInvalidArgument,
+                  "jit: kernel '" + request.kernel + "' is not a __global__ function of " +
+                      request.file_name + " (NVRTC: " + module->info.log + ")");
+  }
+  if (result != NVRTC_SUCCESS) {
+    return Status(StatusCode::kCompileError, "jit: compiling '" + request.kernel + "' of " +
+                                                 request.file_name + " failed (" +
+                                                 nvrtc.error_string(result) + "):\n" +
+                                                 module->info.log);
+  }
+  const char* lowered = nullptr;
+  result = nvrtc.lowered_name(program, request.kernel.c_str(), &lowered);
+  if (result != NVRTC_SUCCESS || lowered == nullptr) {
+    return Status(StatusCode::kInvalidArgument, "jit: kernel '" + request.kernel +
+                                                    "' was not found in " + request.file_name);
+  }
+  module->info.lowered_name = lowered;
+
+  size_t ptx_size = 0;
+  if (nvrtc.ptx_size(program, &ptx_size) == NVRTC_SUCCESS && ptx_size > 0) {
+    module->ptx.resize(ptx_size);
+    if (nvrtc.ptx(program, &module->ptx[0]) != NVRTC_SUCCESS) module->ptx.clear();
+    while (!module->ptx.empty() && module->ptx.back() == '\0') module->ptx.pop_back();
+  }
+  if (sass) {
+    size_t cubin_size = 0;
+    result = nvrtc.cubin_size(program, &cubin_size);
+    if (result == NVRTC_SUCCESS && cubin_size > 0) {
+      module->cubin.resize(cubin_size);
+      result = nvrtc.cubin(program, module->cubin.data());
+    }
+    if (result != NVRTC_SUCCESS || module->cubin.empty()) {
+      return Status(StatusCode::kCompileError, "jit: NVRTC produced no cubin for " +
+                                                   prepared.arch);
+    }
+    if (!parse_resources(module->info.log, module->info.lowered_name, &module->resources)) {
+      return Status(StatusCode::kInvalidArgument,
+                    "jit: '" + request.kernel + "' is not a __global__ function of " +
+                        request.file_name + " (no kernel entry point '" +
+                        module->info.lowered_name + "' was compiled)");
+    }
+  } else if (module->ptx.find(".entry " + module->info.lowered_name + "(") == std::string::npos) {
+    return Status(StatusCode::kInvalidArgument,
+                  "jit: '" + request.kernel + "' is not a __global__ function of " +
+                      request.file_name);
+  }
+  module->info.arch = prepared.arch;
+  module->info.nvrtc_version = nvrtc.version_text;
+  return Status();
+}
+
+Status not_valid(const char* what) {
+  return Status(StatusCode::kInvalidArgument,
+                std::string("jit: ") + what + " of an empty Kernel (compile() did not succeed)");
+}
+
+}  // namespace
+
+// ---- Module ------------------------------------------------------------------------------
+
+Status detail::Module::device_state(int device, PerDevice** out) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = devices.find(device);
+  if (found != devices.end()) {
+    *out = &found->second;
+    return Status();
+  }
+  cudaError_t error = cudaSuccess;
+  if (library == nullptr) {
+    const void* image = cubin.empty() ? static_cast<const void*>(ptx.c_str())
+                                      : static_cast<const void*>(cubin.data());
+    error = cudaLibraryLoadData(&library, image, nullptr, nullptr, 0, nullptr, nullptr, 0);
+    if (error != cudaSuccess) {
+      library = nullptr;
+      (void)cudaGetLastError();
+      return cudaops::detail::cuda_status(error, kOp, ("loading " + info.lowered_name + " (" + info.arch +
+                                              ")").c_str());
+    }
+    error = cudaLibraryGetKernel(&kernel, library, info.lowered_name.c_str());
+    if (error != cudaSuccess) {
+      (void)cudaGetLastError();
+      return cudaops::detail::cuda_status(error, kOp, ("finding " + info.lowered_name).c_str());
+    }
+  }
+  PerDevice state;
+  const void* func = reinterpret_cast<const void*>(kernel);
+  error = cudaFuncGetAttributes(&state.attributes, func);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    const std::string what = "loading " + info.lowered_name + " (" + info.arch +
+                             ") on device " + std::to_string(device);
+    return cudaops::detail::cuda_status(error, kOp, what.c_str());
+  }
+  for (size_t index = 0;; ++index) {
+    Parameter parameter;
+    if (cudaFuncGetParamInfo(func, index, &parameter.offset, &parameter.size) != cudaSuccess) {
+      (void)cudaGetLastError();
+      break;
+    }
+    state.parameters.push_back(parameter);
+  }
+  state.dynamic_shared_limit = static_cast<size_t>(state.attributes.maxDynamicSharedSizeBytes);
+  error = cudaDeviceGetAttribute(&state.optin_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                 device);
+  for (int i = 0; i < 3 && error == cudaSuccess; ++i) {
+    const cudaDeviceAttr attribute = i == 0   ? cudaDevAttrMaxGridDimX
+                                     : i == 1 ? cudaDevAttrMaxGridDimY
+                                              : cudaDevAttrMaxGridDimZ;
+    error = cudaDeviceGetAttribute(&state.max_grid[i], attribute, device);
+  }
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaops::detail::cuda_status(error, kOp, "querying the device");
+  }
+  *out = &devices.emplace(device, std::move(state)).first->second;
+  return Status();
+}
+
+// ---- Kernel ------------------------------------------------------------------------------
+
+Kernel::Kernel() = default;
+Kernel::~Kernel() = default;
+Kernel::Kernel(const Kernel&) = default;
+Kernel& Kernel::operator=(const Kernel&) = default;
+Kernel::Kernel(Kernel&&) noexcept = default;
+Kernel& Kernel::operator=(Kernel&&) noexcept = default;
+
+const CompileInfo& Kernel::info() const { return *info_; }
+const Resources& Kernel::resources() const { return module_->resources; }
+const std::string& Kernel::ptx() const { return module_->ptx; }
+const std::vector<char>& Kernel::cubin() const { return module_->cubin; }
+
+namespace {
+
+Status current_state(Module& module, Module::PerDevice** state) {
+  int device = 0;
+  const cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaops::detail::cuda_status(error, kOp, "no CUDA device");
+  }
+  return module.device_state(device, state);
+}
+
+}  // namespace
+
+Status Kernel::max_threads_per_block(int* out) const {
+  if (!valid()) return not_valid("max_threads_per_block");
+  if (out == nullptr) return Status(StatusCode::kInvalidArgument, "jit: out must not be null");
+  Module::PerDevice* state = nullptr;
+  Status status = current_state(*module_, &state);
+  if (status.ok()) *out = state->attributes.maxThreadsPerBlock;
+  return status;
+}
+
+Status Kernel::parameters(std::vector<Parameter>* out) const {
+  if (!valid()) return not_valid("parameters");
+  if (out == nullptr) return Status(StatusCode::kInvalidArgument, "jit: out must not be null");
+  Module::PerDevice* state = nullptr;
+  Status status = current_state(*module_, &state);
+  if (status.ok()) *out = state->parameters;
+  return status;
+}
+
+Status Kernel::launch(Dim3 grid, Dim3 block, void* const* args, size_t num_args,
+                      size_t shared_mem, cudaStream_t stream) const {
+  if (!valid()) return not_valid("launch");
+  const std::string op = "jit: " + module_->info.lowered_name;
+  auto invalid = [&](const std::string& text) {
+    return Status(StatusCode::kInvalidArgument, op + ": " + text);
+  };
+  const uint32_t grid_dims[3] = {grid.x, grid.y, grid.z};
+  const uint32_t block_dims[3] = {block.x, block.y, block.z};
+  for (int i = 0; i < 3; ++i) {
+    if (grid_dims[i] == 0 || block_dims[i] == 0) {
+      return invalid("grid and block dimensions must be >= 1, got grid (" +
+                     std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
+                     std::to_string(grid.z) + ") and block (" + std::to_string(block.x) + ", " +
+                     std::to_string(block.y) + ", " + std::to_string(block.z) + ")");
+    }
+  }
+  if (num_args > 0 && args == nullptr) return invalid("args must not be null with num_args > 0");
+  Module::PerDevice* state = nullptr;
+  Status status = current_state(*module_, &state);
+  if (!status.ok()) return status;
+  for (int i = 0; i < 3; ++i) {
+    if (grid_dims[i] > static_cast<uint32_t>(state->max_grid[i])) {
+      return invalid("grid dimension " + std::string(1, "xyz"[i]) + " is " +
+                     std::to_string(grid_dims[i]) + ", above the device's limit of " +
+                     std::to_string(state->max_grid[i]));
+    }
+  }
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  if (block.z > 64 || block.x > 1024 || block.y > 1024 ||
+      threads > static_cast<uint64_t>(state->attributes.maxThreadsPerBlock)) {
+    return invalid("a block of (" + std::to_string(block.x) + ", " + std::to_string(block.y) +
+                   ", " + std::to_string(block.z) + ") threads is more than the kernel's limit of " +
+                   std::to_string(state->attributes.maxThreadsPerBlock) +
+                   " threads per block (z at most 64)");
+  }
+  if (num_args != state->parameters.size()) {
+    return invalid("the kernel takes " + std::to_string(state->parameters.size()) +
+                   " arguments, got " + std::to_string(num_args));
+  }
+  for (size_t i = 0; i < num_args; ++i) {
+    if (args[i] == nullptr) return invalid("args[" + std::to_string(i) + "] must not be null");
+  }
+  const size_t static_shared = state->attributes.sharedSizeBytes;
+  if (shared_mem + static_shared > static_cast<size_t>(state->optin_shared)) {
+    return invalid("shared_mem of " + std::to_string(shared_mem) + " bytes (plus " +
+                   std::to_string(static_shared) + " static) is more than the device's " +
+                   std::to_string(state->optin_shared) + " bytes per block");
+  }
+  if (shared_mem > state->dynamic_shared_limit) {
+    std::lock_guard<std::mutex> lock(module_->mutex);
+    if (shared_mem > state->dynamic_shared_limit) {
+      const cudaError_t error = cudaFuncSetAttribute(
+          reinterpret_cast<const void*>(module_->kernel),
+          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_mem));
+      if (error != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cudaops::detail::cuda_status(error, op.c_str(), "opting in to dynamic shared memory");
+      }
+      state->dynamic_shared_limit = shared_mem;
+    }
+  }
+  const cudaError_t error = cudaLaunchKernel(
+      reinterpret_cast<const void*>(module_->kernel), dim3(grid.x, grid.y, grid.z),
+      dim3(block.x, block.y, block.z), const_cast<void**>(args), shared_mem, stream);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaops::detail::cuda_status(error, op.c_str(), "kernel launch failed");
+  }
+  return cudaops::detail::check_launch(op.c_str(), stream);
+}
+
+// ---- compile -----------------------------------------------------------------------------
+
+const char* cache_source_name(CacheSource source) noexcept {
+  switch (source) {
+    case CacheSource::kCompiled:
+      return "compiled";
+    case CacheSource::kMemoryCache:
+      return "memory cache";
+    case CacheSource::kDiskCache:
+      return "disk cache";
+  }
+  return "unknown";
+}
+
+Status cache_key(const CompileRequest& request, std::string* out) {
+  if (out == nullptr) return Status(StatusCode::kInvalidArgument, "jit: out must not be null");
+  Prepared prepared;
+  Status status = prepare(request, &prepared);
+  if (status.ok()) *out = Sha256::hex(prepared.key);
+  return status;
+}
+
+Status compile(const CompileRequest& request, Kernel* out) {
+  const auto start = std::chrono::steady_clock::now();
+  if (out == nullptr) return Status(StatusCode::kInvalidArgument, "jit: out must not be null");
+  Prepared prepared;
+  Status status = prepare(request, &prepared);
+  if (!status.ok()) return status;
+  const std::string key = Sha256::hex(prepared.key);
+
+  bool replaced_corrupt = false;
+  std::string not_stored;
+  // The module is shared and never changes once cached; the facts of this call go in a copy.
+  auto finish = [&](const std::shared_ptr<Module>& module, CacheSource source) {
+    auto info = std::make_shared<CompileInfo>(module->info);
+    info->source = source;
+    info->total_ms = since_ms(start);
+    info->replaced_corrupt_entry = replaced_corrupt;
+    info->not_stored_reason = source == CacheSource::kCompiled ? not_stored : "";
+    info->headers_hashed = static_cast<int64_t>(prepared.dependencies.headers.size());
+    out->module_ = module;
+    out->info_ = std::move(info);
+    return Status();
+  };
+
+  {
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    auto found = memory_cache().find(key);
+    if (found != memory_cache().end()) return finish(found->second, CacheSource::kMemoryCache);
+  }
+
+  CacheConfig config;
+  {
+    std::lock_guard<std::mutex> lock(config_mutex);
+    config = config_slot();
+  }
+  const bool use_disk = config.disk_enabled && !config.directory.empty() &&
+                        prepared.dependencies.complete;
+  if (!config.disk_enabled) {
+    not_stored = "the disk cache is disabled";
+  } else if (config.directory.empty()) {
+    not_stored = "no cache directory (set CUDAOPS_CACHE_DIR or HOME)";
+  } else if (!prepared.dependencies.complete) {
+    not_stored = prepared.dependencies.incomplete_reason;
+  }
+  const DiskCache disk(config.directory + "/jit-v1", config.max_bytes);
+
+  auto module = std::make_shared<Module>();
+  module->info.key = key;
+  if (use_disk) {
+    std::string payload, why;
+    const DiskCache::Lookup lookup = disk.load(prepared.key, &payload, &why);
+    if (lookup == DiskCache::Lookup::kHit && deserialize(payload, module.get())) {
+      std::shared_ptr<Module> shared = module;
+      {
+        std::lock_guard<std::mutex> lock(memory_mutex);
+        shared = memory_cache().emplace(key, module).first->second;
+      }
+      return finish(shared, CacheSource::kDiskCache);
+    }
+    replaced_corrupt = lookup != DiskCache::Lookup::kMiss;
+    module = std::make_shared<Module>();
+    module->info.key = key;
+  }
+
+  status = run_nvrtc(request, prepared, module.get());
+  if (!status.ok()) return status;
+  if (use_disk) {
+    // A header changed while NVRTC read it: the result matches neither key, so it is not kept.
+    const detail::Dependencies after = scan(request, prepared);
+    if (after.digest != prepared.dependencies.digest) {
+      not_stored = "a header changed during the compilation";
+    } else {
+      const Status stored = disk.store(prepared.key, serialize(*module));
+      if (!stored.ok()) not_stored = stored.message();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    memory_cache()[key] = module;
+  }
+  return finish(module, CacheSource::kCompiled);
+}
+
+CacheConfig cache_config() {
+  std::lock_guard<std::mutex> lock(config_mutex);
+  return config_slot();
+}
+
+Status set_cache_config(const CacheConfig& config) {
+  CacheConfig next = config;
+  if (next.directory.empty()) next.directory = default_directory();
+  if (next.max_bytes == 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "jit: max_bytes must be > 0 (set disk_enabled = false to disable the cache)");
+  }
+  std::lock_guard<std::mutex> lock(config_mutex);
+  config_slot() = next;
+  return Status();
+}
+
+Status clear_cache(bool memory, bool disk) {
+  if (memory) {
+    std::lock_guard<std::mutex> lock(memory_mutex);
+    memory_cache().clear();
+  }
+  const CacheConfig config = cache_config();
+  if (!disk || config.directory.empty()) return Status();
+  return DiskCache(config.directory + "/jit-v1", config.max_bytes).clear();
+}
+
+Status nvrtc_description(std::string* out) {
+  if (out == nullptr) return Status(StatusCode::kInvalidArgument, "jit: out must not be null");
+  const Nvrtc* nvrtc = nullptr;
+  Status status = detail::load_nvrtc(&nvrtc);
+  if (status.ok()) *out = nvrtc->version_text + " (" + nvrtc->path + ")";
+  return status;
+}
+
+}  // namespace cudaops::jit
