@@ -56,6 +56,8 @@ check_cpp() {
       rms_norm_backward fused_add_rms_norm --offsets 0 --markdown | tee -a "$log/bench.md"; then
     failed=1
   fi
+  echo "== jit"
+  if ! python3 bench/jit_cache.py "$cli" | tee "$log/jit.md"; then failed=1; fi
   if [ -x build/gpu/bench/cudaops_bench ]; then
     step gbench build/gpu/bench/cudaops_bench --benchmark_out="$log/gbench.json" \
       --benchmark_out_format=json
@@ -107,6 +109,8 @@ device=$(sed -n 's/^device 0: //p' "$log/info.txt")
     echo "ctest: $(grep -E 'tests passed' "$log/ctest.log" || echo 'no summary')"
     echo
     cat "$log/bench.md"
+    echo
+    cat "$log/jit.md" 2>/dev/null
   fi
   if [ -f "$log/pytest.log" ]; then
     echo

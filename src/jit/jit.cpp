@@ -258,8 +258,7 @@ Sha256::Digest key_of(const CompileRequest& request, const Prepared& prepared) {
   hash.field(version_string());
   hash.field(prepared.nvrtc->version_text);
   hash.field(prepared.arch);
-  hash.field(request.file_name);
-  hash.field(prepared.source_dir);
+  hash.field(request.file_name);  // diagnostics and __FILE__; the directory is in the scan
   hash.field(request.source);
   hash.field(request.kernel);
   hash.field(static_cast<uint64_t>(prepared.options.nvrtc.size()));

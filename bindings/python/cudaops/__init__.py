@@ -27,6 +27,8 @@ from ._core import (
     softmax,
     softmax_backward,
 )
+from . import jit
+
 
 __all__ = [
     "Array",
@@ -38,6 +40,7 @@ __all__ = [
     "cuda_runtime_version",
     "device_count",
     "fused_add_rms_norm",
+    "jit",
     "layer_norm",
     "layer_norm_backward",
     "rms_norm",

@@ -676,7 +676,7 @@ void CallContext::require_floating(const ArrayView& view) const {
                        " is not supported; expected float32, float16 or bfloat16");
 }
 
-int CallContext::prepare(std::initializer_list<const ArrayView*> arrays) {
+int CallContext::prepare(const std::vector<const ArrayView*>& arrays) {
   int device = -1;
   const ArrayView* first = nullptr;
   bool work = false;

@@ -68,7 +68,10 @@ class CallContext {
   /// Finds the device all `arrays` (null entries skipped) live on, makes it current and orders
   /// the op's stream after the arrays' producers. Returns the device. When nothing has elements,
   /// touches no CUDA state unless it must ask for the current device.
-  int prepare(std::initializer_list<const ArrayView*> arrays);
+  int prepare(const std::vector<const ArrayView*>& arrays);
+  int prepare(std::initializer_list<const ArrayView*> arrays) {
+    return prepare(std::vector<const ArrayView*>(arrays));
+  }
 
   // Checks shared by the ops. Each throws with the op's and the arguments' names.
   void require_contiguous(const ArrayView& view) const;

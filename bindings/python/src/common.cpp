@@ -19,6 +19,8 @@ namespace cudaops::python {
       throw py::error_already_set();
     case StatusCode::kCudaError:
       throw CudaError(text);
+    case StatusCode::kCompileError:
+      throw CompileError(text);
     case StatusCode::kSuccess:
       break;
   }

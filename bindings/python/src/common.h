@@ -21,6 +21,13 @@ class CudaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Raised as cudaops.jit.CompileError (a RuntimeError): NVRTC rejected the source; the message
+/// holds its log.
+class CompileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// Turns a failed status into the Python exception for its code, with the library's message.
 [[noreturn]] void throw_status(const Status& status);
 

@@ -15,6 +15,7 @@ using namespace cudaops::python;
 PYBIND11_MODULE(_core, m) {
   m.doc() = "The compiled part of cudaops: array import, cudaops.Array and the ops.";
   py::register_exception<CudaError>(m, "CudaError", PyExc_RuntimeError);
+  py::register_exception<CompileError>(m, "CompileError", PyExc_RuntimeError);
   m.attr("__version__") = cudaops::version_string();
   m.attr("cuda_architectures") = cudaops::build_cuda_architectures();
   m.attr("cuda_runtime_version") = cudaops::build_cuda_runtime_version();
@@ -22,6 +23,7 @@ PYBIND11_MODULE(_core, m) {
   bind_array(m);
   bind_elementwise(m);
   bind_rowwise(m);
+  bind_jit(m);
 
   m.def("_set_fast_paths", &set_fast_paths, py::arg("enabled"),
         "Read torch tensors and cudaops.Array directly (True, the default) or only through "

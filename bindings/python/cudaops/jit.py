@@ -1,0 +1,159 @@
+"""Run-time compilation of CUDA C++ (NVRTC) with a safe disk cache.
+
+    import cudaops, cudaops.jit as jit
+    k = jit.compile(r'''
+    extern "C" __global__ void scale(float* x, float a, int n) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      if (i < n) x[i] *= a;
+    }''', "scale")
+    k((n + 255) // 256, 256, x, jit.float32(2.0), jit.int32(n))
+
+``name`` is an ``extern "C"`` kernel or a name expression (``"scale<float>"``). ``options`` are
+NVRTC options (``-DN=4``, ``-I/path``, ``-std=c++20``, ``-lineinfo``, ``--use_fast_math``,
+``-arch=sm_90``; without ``-arch`` the current device's architecture). Array arguments are any
+CUDA array (DLPack or ``__cuda_array_interface__``), passed as a pointer to their first element;
+scalars must be typed with the classes below, and their size is checked against the kernel's
+parameter. The cache (``$CUDAOPS_CACHE_DIR``, else ``~/.cache/cudaops``; ``CUDAOPS_JIT_CACHE=0``
+disables it) is keyed by the source, options, NVRTC version, architecture, library version and
+the contents of every header the source can include.
+
+Errors: :class:`CompileError` (a ``RuntimeError``) with NVRTC's log for a compile error;
+``ValueError`` for bad options or kernel names; ``NotImplementedError`` when NVRTC is not installed.
+"""
+
+import math as _math
+import struct as _struct
+
+from ._core import CompileError, JitKernel as Kernel
+from ._core import _jit_cache_dir, _jit_clear_cache, _jit_compile, _jit_nvrtc, _jit_set_cache
+
+__all__ = [
+    "CompileError",
+    "Kernel",
+    "bfloat16",
+    "bool_",
+    "cache_dir",
+    "clear_cache",
+    "compile",
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "nvrtc_version",
+    "set_cache",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+]
+
+
+def compile(source, name, *, options=()):  # noqa: A001 - the documented API name
+    """Compiles kernel ``name`` of ``source`` (or takes it from the cache) -> :class:`Kernel`."""
+    if not isinstance(source, str):
+        raise TypeError(f"jit.compile: source must be a str, got {type(source).__name__}")
+    if not isinstance(name, str):
+        raise TypeError(f"jit.compile: name must be a str, got {type(name).__name__}")
+    return _jit_compile(source, name, options)
+
+
+def clear_cache(*, memory=True, disk=True):
+    """Forgets the kernels compiled in this process and/or removes the disk cache's entries."""
+    _jit_clear_cache(memory, disk)
+
+
+def cache_dir():
+    """The directory of the disk cache's entries, or None when the disk cache is off."""
+    return _jit_cache_dir()
+
+
+def set_cache(*, directory=None, enabled=None, max_bytes=None):
+    """Changes the disk cache of this process: its directory (entries go in <directory>/jit-v1),
+    whether it is used, and its size bound in bytes. Arguments left None keep their value."""
+    _jit_set_cache(None if directory is None else str(directory), enabled, max_bytes)
+
+
+def nvrtc_version():
+    """The NVRTC in use, as "13.0 (/path/libnvrtc.so.13)"; loads it if needed."""
+    return _jit_nvrtc()
+
+
+class _Scalar:
+    """A kernel argument of one C type."""
+
+    __slots__ = ("value",)
+    _format = ""
+    _ctype = ""
+
+    def __init__(self, value):
+        self.value = value
+        self.__cudaops_kernel_arg__()  # range and type checked now, not at the launch
+
+    def __cudaops_kernel_arg__(self):
+        try:
+            return _struct.pack("<" + self._format, self.value)
+        except (_struct.error, OverflowError, TypeError) as error:
+            raise ValueError(f"cudaops.jit.{type(self).__name__}({self.value!r}): {error}") from None
+
+    def __repr__(self):
+        return f"cudaops.jit.{type(self).__name__}({self.value!r})"
+
+
+def _scalar(name, fmt, ctype, integer):
+    def check(value):
+        if integer and (isinstance(value, bool) or not isinstance(value, int)):
+            if not hasattr(value, "__index__"):
+                raise TypeError(f"cudaops.jit.{name} takes an int, got {type(value).__name__}")
+            value = value.__index__()
+        return value
+
+    def init(self, value):
+        _Scalar.__init__(self, check(value))
+
+    cls = type(name, (_Scalar,), {"__slots__": (), "_format": fmt, "_ctype": ctype,
+                                  "__init__": init,
+                                  "__doc__": f"A {ctype} kernel argument."})
+    cls.__module__ = __name__
+    return cls
+
+
+int8 = _scalar("int8", "b", "int8_t", True)
+int16 = _scalar("int16", "h", "int16_t", True)
+int32 = _scalar("int32", "i", "int", True)
+int64 = _scalar("int64", "q", "long long", True)
+uint8 = _scalar("uint8", "B", "uint8_t", True)
+uint16 = _scalar("uint16", "H", "uint16_t", True)
+uint32 = _scalar("uint32", "I", "unsigned int", True)
+uint64 = _scalar("uint64", "Q", "unsigned long long", True)
+float32 = _scalar("float32", "f", "float", False)
+float64 = _scalar("float64", "d", "double", False)
+float16 = _scalar("float16", "e", "__half", False)
+
+
+class bool_(_Scalar):
+    """A bool kernel argument (one byte)."""
+
+    __slots__ = ()
+
+    def __cudaops_kernel_arg__(self):
+        return b"\x01" if self.value else b"\x00"
+
+
+class bfloat16(_Scalar):
+    """A __nv_bfloat16 kernel argument: the float rounded to nearest even."""
+
+    __slots__ = ()
+
+    def __cudaops_kernel_arg__(self):
+        try:
+            value = float(self.value)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"cudaops.jit.bfloat16({self.value!r}): {error}") from None
+        if _math.isnan(value):
+            return b"\xc0\x7f"
+        bits = _struct.unpack("<I", _struct.pack("<f", value))[0]
+        bits += 0x7FFF + ((bits >> 16) & 1)
+        return _struct.pack("<H", (bits >> 16) & 0xFFFF)

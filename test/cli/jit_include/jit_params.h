@@ -1,0 +1,4 @@
+#pragma once
+#ifndef SCALE
+#define SCALE 1
+#endif
