@@ -320,6 +320,11 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
   std::vector<std::string> options = prepared.options.nvrtc;
   options.push_back("--gpu-architecture=" + prepared.arch);
   if (sass) options.emplace_back("--ptxas-options=-v");
+  // NVRTC 12.9 and newer keep a cache of their own, whose hits give no ptxas report; this
+  // library's cache is keyed more strictly, so NVRTC's is switched off.
+  if (nvrtc.major > 12 || (nvrtc.major == 12 && nvrtc.minor >= 9)) {
+    options.emplace_back("--no-cache");
+  }
   std::vector<const char*> pointers;
   for (const std::string& option : options) pointers.push_back(option.c_str());
 
@@ -377,13 +382,10 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
       return Status(StatusCode::kCompileError, "jit: NVRTC produced no cubin for " +
                                                    prepared.arch);
     }
-    if (!parse_resources(module->info.log, module->info.lowered_name, &module->resources)) {
-      return Status(StatusCode::kInvalidArgument,
-                    "jit: '" + request.kernel + "' is not a __global__ function of " +
-                        request.file_name + " (no kernel entry point '" +
-                        module->info.lowered_name + "' was compiled)");
-    }
-  } else if (module->ptx.find(".entry " + module->info.lowered_name + "(") == std::string::npos) {
+    // Without a ptxas report for it the resources stay unknown (-1).
+    (void)parse_resources(module->info.log, module->info.lowered_name, &module->resources);
+  }
+  if (module->ptx.find(".entry " + module->info.lowered_name + "(") == std::string::npos) {
     return Status(StatusCode::kInvalidArgument,
                   "jit: '" + request.kernel + "' is not a __global__ function of " +
                       request.file_name);
@@ -391,6 +393,20 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
   module->info.arch = prepared.arch;
   module->info.nvrtc_version = nvrtc.version_text;
   return Status();
+}
+
+// The number of parameters of `.entry <name>(...)` in the PTX.
+size_t ptx_parameter_count(const std::string& ptx, const std::string& name) {
+  const std::string marker = ".entry " + name + "(";
+  const size_t begin = ptx.find(marker);
+  if (begin == std::string::npos) return 0;
+  const size_t end = ptx.find(')', begin + marker.size());
+  size_t count = 0;
+  for (size_t at = ptx.find(".param", begin); at != std::string::npos && at < end;
+       at = ptx.find(".param", at + 6)) {
+    ++count;
+  }
+  return count;
 }
 
 Status not_valid(const char* what) {
@@ -435,11 +451,14 @@ Status detail::Module::device_state(int device, PerDevice** out) {
                              ") on device " + std::to_string(device);
     return cudaops::detail::cuda_status(error, kOp, what.c_str());
   }
-  for (size_t index = 0;; ++index) {
+  // The count from the PTX signature, so that no query is made past the last parameter.
+  const size_t count = ptx_parameter_count(ptx, info.lowered_name);
+  for (size_t index = 0; index < count; ++index) {
     Parameter parameter;
-    if (cudaFuncGetParamInfo(func, index, &parameter.offset, &parameter.size) != cudaSuccess) {
+    error = cudaFuncGetParamInfo(func, index, &parameter.offset, &parameter.size);
+    if (error != cudaSuccess) {
       (void)cudaGetLastError();
-      break;
+      return cudaops::detail::cuda_status(error, kOp, "querying the kernel's parameters");
     }
     state.parameters.push_back(parameter);
   }

@@ -115,6 +115,8 @@ Status load_nvrtc(const Nvrtc** out) {
       nvrtc->path = candidate;
     }
     nvrtc->version_text = std::to_string(major) + "." + std::to_string(minor);
+    nvrtc->major = major;
+    nvrtc->minor = minor;
     loaded = nvrtc.release();  // kept for the life of the process, as the library stays loaded
     *out = loaded;
     return Status();

@@ -30,6 +30,7 @@ struct Nvrtc {
 
   std::string path;              ///< the file loaded
   std::string version_text;      ///< "13.0"
+  int major = 0, minor = 0;
   std::vector<int> archs;        ///< supported SASS architectures (75, 80, ...)
 };
 
