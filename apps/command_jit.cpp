@@ -49,9 +49,12 @@ int execute(const JitOptions& options) {
   request.source.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
   request.kernel = options.kernel;
   request.file_name = options.file;
-  for (const std::string& define : options.defines) request.options.push_back("-D" + define);
-  for (const std::string& dir : options.include_dirs) request.options.push_back("-I" + dir);
-  for (const std::string& extra : options.extra) request.options.push_back(extra);
+  for (const std::string& define : options.defines)
+    request.options.push_back("-D" + define);
+  for (const std::string& dir : options.include_dirs)
+    request.options.push_back("-I" + dir);
+  for (const std::string& extra : options.extra)
+    request.options.push_back(extra);
   if (!options.arch.empty()) request.options.push_back("-arch=" + options.arch);
 
   if (options.no_cache) {
@@ -111,7 +114,11 @@ int execute(const JitOptions& options) {
   (void)jit::nvrtc_description(&nvrtc);
   if (options.json) {
     harness::JsonWriter w;
-    w.begin_object().key("kernel").value(options.kernel).key("lowered_name").value(info.lowered_name);
+    w.begin_object()
+        .key("kernel")
+        .value(options.kernel)
+        .key("lowered_name")
+        .value(info.lowered_name);
     w.key("arch").value(info.arch).key("source").value(jit::cache_source_name(info.source));
     w.key("key").value(info.key).key("headers_hashed").value(info.headers_hashed);
     w.key("registers").value(r.registers).key("barriers").value(r.barriers);
@@ -133,12 +140,12 @@ int execute(const JitOptions& options) {
   std::printf("kernel     %s -> %s, %s (NVRTC %s)\n", options.kernel.c_str(),
               info.lowered_name.c_str(), info.arch.c_str(), nvrtc.c_str());
   if (r.registers >= 0) {
-    std::printf("resources  %d registers, %lld B spill stores, %lld B spill loads, %lld B stack, "
-                "%lld B static shared, %d barriers\n",
-                r.registers, static_cast<long long>(r.spill_store_bytes),
-                static_cast<long long>(r.spill_load_bytes),
-                static_cast<long long>(r.stack_frame_bytes),
-                static_cast<long long>(r.static_shared_bytes), r.barriers);
+    std::printf(
+        "resources  %d registers, %lld B spill stores, %lld B spill loads, %lld B stack, "
+        "%lld B static shared, %d barriers\n",
+        r.registers, static_cast<long long>(r.spill_store_bytes),
+        static_cast<long long>(r.spill_load_bytes), static_cast<long long>(r.stack_frame_bytes),
+        static_cast<long long>(r.static_shared_bytes), r.barriers);
   } else {
     std::printf("resources  not known: a PTX target is compiled by the driver when loaded\n");
   }
@@ -148,8 +155,7 @@ int execute(const JitOptions& options) {
   std::printf("from       %s%s\n", jit::cache_source_name(info.source),
               info.replaced_corrupt_entry ? " (a corrupt disk entry was found and replaced)" : "");
   std::printf("time       %.2f ms to a %s kernel: compile() %.2f ms%s", ready_ms,
-              on_device ? "launchable" : "compiled", compile_ms,
-              on_device ? "" : "\n");
+              on_device ? "launchable" : "compiled", compile_ms, on_device ? "" : "\n");
   if (on_device) {
     std::printf(", load %.2f ms (CUDA context %.1f ms before, not counted)\n", load_ms, context_ms);
   }
@@ -160,9 +166,9 @@ int execute(const JitOptions& options) {
   if (!cache.disk_enabled) {
     std::printf("cache      disk cache disabled\n");
   } else {
-    std::printf("cache      %s/jit-v1%s%s\n", cache.directory.c_str(),
-                info.not_stored_reason.empty() ? "" : "; not stored: ",
-                info.not_stored_reason.c_str());
+    std::printf(
+        "cache      %s/jit-v1%s%s\n", cache.directory.c_str(),
+        info.not_stored_reason.empty() ? "" : "; not stored: ", info.not_stored_reason.c_str());
   }
   return kExitOk;
 }
@@ -172,24 +178,26 @@ int execute(const JitOptions& options) {
 Command add_jit_command(CLI::App& app) {
   auto options = std::make_shared<JitOptions>();
   CLI::App* parser = app.add_subcommand(
-      "jit", "compile a kernel at run time (NVRTC, with the disk cache) and report its registers, "
-             "spills, shared memory, compile time and whether it came from the cache");
+      "jit",
+      "compile a kernel at run time (NVRTC, with the disk cache) and report its registers, "
+      "spills, shared memory, compile time and whether it came from the cache");
   parser->add_option("file", options->file, "CUDA C++ source file")->required();
-  parser->add_option("--kernel,-k", options->kernel,
-                     "the __global__ function, or a name expression (\"scale<float>\")")
+  parser
+      ->add_option("--kernel,-k", options->kernel,
+                   "the __global__ function, or a name expression (\"scale<float>\")")
       ->required();
   parser->add_option("-D", options->defines, "define a macro: -DNAME or -DNAME=VALUE");
   parser->add_option("-I", options->include_dirs, "add an include directory");
   parser->add_option("--arch", options->arch,
                      "target (sm_90, compute_90); default: the GPU's, which also loads the kernel");
-  parser->add_option("--option", options->extra,
-                     "another NVRTC option, as --option=-lineinfo or --option=--use_fast_math")
+  parser
+      ->add_option("--option", options->extra,
+                   "another NVRTC option, as --option=-lineinfo or --option=--use_fast_math")
       ->allow_extra_args(false);
   parser->add_option("--ptx", options->ptx_out, "write the PTX to this file");
   parser->add_option("--cubin", options->cubin_out, "write the SASS image (cubin) to this file");
   parser->add_flag("--no-cache", options->no_cache, "neither read nor write the disk cache");
-  parser->add_option("--device", options->device, "device index")
-      ->check(non_negative_integer());
+  parser->add_option("--device", options->device, "device index")->check(non_negative_integer());
   parser->add_flag("--json", options->json, "machine-readable output");
   return {parser, [options]() { return execute(*options); }};
 }

@@ -73,14 +73,14 @@ struct Resources {
 /// How the kernel was obtained.
 struct CompileInfo {
   CacheSource source = CacheSource::kCompiled;
-  std::string key;           ///< the cache key, 64 hex digits
-  std::string arch;          ///< "sm_90" (SASS) or "compute_90" (PTX, JIT-compiled by the driver)
-  std::string lowered_name;  ///< the symbol launched ("saxpy", "_Z5scaleIfEvPT_S0_i")
-  std::string nvrtc_version; ///< "13.0"; empty when the kernel came from a cache without NVRTC
-  std::string log;           ///< the NVRTC log of the compilation (warnings, ptxas report)
-  double nvrtc_ms = 0;       ///< the NVRTC compilation time, of this call or of the cached entry
-  double total_ms = 0;       ///< this call: key, cache lookup and (if needed) compilation
-  int64_t headers_hashed = 0;        ///< headers whose contents went into the key
+  std::string key;             ///< the cache key, 64 hex digits
+  std::string arch;            ///< "sm_90" (SASS) or "compute_90" (PTX, JIT-compiled by the driver)
+  std::string lowered_name;    ///< the symbol launched ("saxpy", "_Z5scaleIfEvPT_S0_i")
+  std::string nvrtc_version;   ///< "13.0"; empty when the kernel came from a cache without NVRTC
+  std::string log;             ///< the NVRTC log of the compilation (warnings, ptxas report)
+  double nvrtc_ms = 0;         ///< the NVRTC compilation time, of this call or of the cached entry
+  double total_ms = 0;         ///< this call: key, cache lookup and (if needed) compilation
+  int64_t headers_hashed = 0;  ///< headers whose contents went into the key
   bool replaced_corrupt_entry = false;  ///< a disk entry failed to verify and was recompiled
   /// Why the result was not written to disk, or "" when it was (or came from there): the cache
   /// is disabled, a computed #include defeats the dependency scan, the directory is not writable.
@@ -125,8 +125,8 @@ class CUDAOPS_EXPORT Kernel {
   bool valid() const noexcept { return module_ != nullptr; }
   const CompileInfo& info() const;  ///< requires valid()
   const Resources& resources() const;
-  const std::string& ptx() const;            ///< the PTX NVRTC produced
-  const std::vector<char>& cubin() const;    ///< the SASS image (empty for a compute_XY target)
+  const std::string& ptx() const;          ///< the PTX NVRTC produced
+  const std::vector<char>& cubin() const;  ///< the SASS image (empty for a compute_XY target)
 
   /// Loads the kernel for the current device (done by the first launch otherwise) and reports
   /// the limit for one block of it there.
@@ -157,7 +157,7 @@ CUDAOPS_EXPORT Status cache_key(const CompileRequest& request, std::string* out)
 /// to disable the disk cache, CUDAOPS_JIT_CACHE_MAX_BYTES (default 1 GiB).
 struct CacheConfig {
   bool disk_enabled = true;
-  std::string directory;  ///< entries live in <directory>/jit-v1
+  std::string directory;                   ///< entries live in <directory>/jit-v1
   uint64_t max_bytes = uint64_t{1} << 30;  ///< oldest entries are evicted beyond this
 };
 

@@ -23,7 +23,9 @@ constexpr size_t kHeader = sizeof(kMagic) + 4 + 32 + 8 + 32;
 constexpr const char* kSuffix = ".entry";
 constexpr const char* kTempPrefix = ".tmp-";
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 bool ends_with(const std::string& text, const char* suffix) {
   const size_t n = std::strlen(suffix);
@@ -75,12 +77,14 @@ bool read_all(const std::string& path, std::string* out) {
 }
 
 void put_u64(std::string* out, uint64_t value) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(value >> (8 * i)));
+  for (int i = 0; i < 8; ++i)
+    out->push_back(static_cast<char>(value >> (8 * i)));
 }
 
 uint64_t get_u64(const char* in) {
   uint64_t value = 0;
-  for (int i = 0; i < 8; ++i) value |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    value |= uint64_t{static_cast<uint8_t>(in[i])} << (8 * i);
   return value;
 }
 
@@ -134,7 +138,8 @@ DiskCache::Lookup DiskCache::load(const Sha256::Digest& key, std::string* payloa
   if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0) return corrupt("the entry has no cache header");
   p += sizeof(kMagic);
   uint32_t format = 0;
-  for (int i = 0; i < 4; ++i) format |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    format |= uint32_t{static_cast<uint8_t>(p[i])} << (8 * i);
   if (format != kFormat) return corrupt("the entry has another format version");
   p += 4;
   if (std::memcmp(p, key.data(), key.size()) != 0) return corrupt("the entry is another key's");
@@ -158,7 +163,8 @@ Status DiskCache::store(const Sha256::Digest& key, const std::string& payload) c
                   "jit: cannot create the cache directory " + directory_ + ": " + errno_text());
   }
   std::string file(kMagic, sizeof(kMagic));
-  for (int i = 0; i < 4; ++i) file.push_back(static_cast<char>(kFormat >> (8 * i)));
+  for (int i = 0; i < 4; ++i)
+    file.push_back(static_cast<char>(kFormat >> (8 * i)));
   file.append(reinterpret_cast<const char*>(key.data()), key.size());
   put_u64(&file, payload.size());
   const Sha256::Digest checksum = Sha256::of(payload.data(), payload.size());
@@ -181,8 +187,8 @@ Status DiskCache::store(const Sha256::Digest& key, const std::string& payload) c
   if (!written || close_error != 0 || ::rename(temp.c_str(), path.c_str()) != 0) {
     const std::string why = errno_text();
     ::unlink(temp.c_str());
-    return Status(StatusCode::kInvalidArgument, "jit: cannot write the cache entry " + path +
-                                                    ": " + why);
+    return Status(StatusCode::kInvalidArgument,
+                  "jit: cannot write the cache entry " + path + ": " + why);
   }
   evict(path);
   return Status();
@@ -232,7 +238,9 @@ uint64_t DiskCache::size_bytes() const {
   return total;
 }
 
-void PayloadWriter::u64(uint64_t value) { put_u64(&out_, value); }
+void PayloadWriter::u64(uint64_t value) {
+  put_u64(&out_, value);
+}
 
 void PayloadWriter::f64(double value) {
   uint64_t bits = 0;

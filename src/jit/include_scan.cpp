@@ -22,7 +22,8 @@ std::string strip_comments(std::string_view text) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     const char next = i + 1 < text.size() ? text[i + 1] : '\0';
-    if (c == '\\' && (next == '\n' || (next == '\r' && i + 2 < text.size() && text[i + 2] == '\n'))) {
+    if (c == '\\' &&
+        (next == '\n' || (next == '\r' && i + 2 < text.size() && text[i + 2] == '\n'))) {
       i += next == '\n' ? 1 : 2;  // a continued line: joined, in every state
       continue;
     }
@@ -70,7 +71,9 @@ std::string strip_comments(std::string_view text) {
   return out;
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
 
 bool read_file(const std::string& path, std::string* contents) {
   struct stat info {};
@@ -117,7 +120,8 @@ class Scanner {
     std::vector<std::string> candidates;
     if (quoted || name[0] == '/') candidates.push_back(join(dir, name));
     if (name[0] != '/') {
-      for (const std::string& include_dir : include_dirs_) candidates.push_back(join(include_dir, name));
+      for (const std::string& include_dir : include_dirs_)
+        candidates.push_back(join(include_dir, name));
     }
     for (const std::string& candidate : candidates) {
       const std::string path = normalise(candidate);
@@ -164,7 +168,8 @@ class Scanner {
       }
     }
     std::string out = path[0] == '/' ? "/" : "";
-    for (size_t i = 0; i < parts.size(); ++i) out += (i ? "/" : "") + parts[i];
+    for (size_t i = 0; i < parts.size(); ++i)
+      out += (i ? "/" : "") + parts[i];
     return out.empty() ? "." : out;
   }
 
@@ -184,15 +189,19 @@ std::vector<IncludeDirective> find_includes(std::string_view text) {
     size_t end = code.find('\n', pos);
     if (end == std::string::npos) end = code.size();
     size_t i = pos;
-    while (i < end && is_space(code[i])) ++i;
+    while (i < end && is_space(code[i]))
+      ++i;
     if (i < end && code[i] == '#') {
       ++i;
-      while (i < end && is_space(code[i])) ++i;
+      while (i < end && is_space(code[i]))
+        ++i;
       size_t word = i;
-      while (i < end && (std::isalpha(static_cast<unsigned char>(code[i])) || code[i] == '_')) ++i;
+      while (i < end && (std::isalpha(static_cast<unsigned char>(code[i])) || code[i] == '_'))
+        ++i;
       const std::string_view directive(code.data() + word, i - word);
       if (directive == "include" || directive == "include_next" || directive == "import") {
-        while (i < end && is_space(code[i])) ++i;
+        while (i < end && is_space(code[i]))
+          ++i;
         IncludeDirective include;
         if (i < end && (code[i] == '"' || code[i] == '<')) {
           const char close = code[i] == '"' ? '"' : '>';
@@ -210,10 +219,12 @@ std::vector<IncludeDirective> find_includes(std::string_view text) {
          at = code.find("__has_include", at + 1)) {
       size_t j = at + 13;
       if (j < end && code.compare(j, 5, "_next") == 0) j += 5;
-      while (j < end && is_space(code[j])) ++j;
+      while (j < end && is_space(code[j]))
+        ++j;
       if (j >= end || code[j] != '(') continue;
       ++j;
-      while (j < end && is_space(code[j])) ++j;
+      while (j < end && is_space(code[j]))
+        ++j;
       if (j < end && (code[j] == '"' || code[j] == '<')) {
         const char close = code[j] == '"' ? '"' : '>';
         const size_t close_at = code.find(close, j + 1);
@@ -231,7 +242,8 @@ Dependencies scan_dependencies(std::string_view source, const std::string& sourc
                                const std::vector<std::string>& include_dirs,
                                const std::vector<std::string>& pre_includes) {
   Scanner scanner(include_dirs);
-  for (const std::string& header : pre_includes) scanner.resolve(header, true, source_dir, 0);
+  for (const std::string& header : pre_includes)
+    scanner.resolve(header, true, source_dir, 0);
   scanner.scan(source, source_dir, 0);
   return scanner.finish();
 }

@@ -20,10 +20,10 @@
 namespace cudaops::jit::detail {
 
 struct Dependencies {
-  Sha256::Digest digest{};          ///< over every resolution and every header's contents
-  std::vector<std::string> headers; ///< the headers found, in the order first reached
+  Sha256::Digest digest{};           ///< over every resolution and every header's contents
+  std::vector<std::string> headers;  ///< the headers found, in the order first reached
   bool complete = true;
-  std::string incomplete_reason;    ///< why not complete
+  std::string incomplete_reason;  ///< why not complete
 };
 
 /// `source_dir`: the directory quoted includes of the source itself are searched in first.

@@ -5,10 +5,16 @@
 #include <pwd.h>
 #include <unistd.h>
 
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -142,7 +148,8 @@ bool deserialize(const std::string& payload, Module* module) {
             in.bytes(&module->info.nvrtc_version) && in.bytes(&module->info.log) &&
             in.bytes(&module->ptx) && in.bytes(&cubin) && in.f64(&module->info.nvrtc_ms);
   uint64_t values[6] = {};
-  for (uint64_t& value : values) ok = ok && in.u64(&value);
+  for (uint64_t& value : values)
+    ok = ok && in.u64(&value);
   if (!ok || !in.at_end() || module->info.lowered_name.empty()) return false;
   module->cubin.assign(cubin.begin(), cubin.end());
   Resources& r = module->resources;
@@ -161,9 +168,11 @@ int64_t number_before(const std::string& text, const char* suffix, int64_t fallb
   const size_t at = text.find(suffix);
   if (at == std::string::npos || at == 0) return fallback;
   size_t begin = at;
-  while (begin > 0 && text[begin - 1] == ' ') --begin;
+  while (begin > 0 && text[begin - 1] == ' ')
+    --begin;
   size_t digits = begin;
-  while (digits > 0 && std::isdigit(static_cast<unsigned char>(text[digits - 1]))) --digits;
+  while (digits > 0 && std::isdigit(static_cast<unsigned char>(text[digits - 1])))
+    --digits;
   if (digits == begin) return fallback;
   return std::strtoll(text.c_str() + digits, nullptr, 10);
 }
@@ -189,7 +198,7 @@ bool parse_resources(const std::string& log, const std::string& name, Resources*
 
 // ---- the target --------------------------------------------------------------------------
 
-Status device_arch(const Nvrtc& nvrtc, std::string* arch) {
+Status device_cc(int* cc) {
   int device = 0;
   cudaError_t error = cudaGetDevice(&device);
   int major = 0, minor = 0;
@@ -207,7 +216,13 @@ Status device_arch(const Nvrtc& nvrtc, std::string* arch) {
                       "); give -arch=sm_XY to compile without one",
                   static_cast<int>(error));
   }
-  const int cc = major * 10 + minor;
+  *cc = major * 10 + minor;
+  return Status();
+}
+
+// The target for a device of compute capability `cc` with this NVRTC: its SASS, or the newest
+// PTX NVRTC has when the GPU is newer than NVRTC (compiled by the driver when loaded).
+Status arch_for(const Nvrtc& nvrtc, int cc, std::string* arch) {
   for (int supported : nvrtc.archs) {
     if (supported == cc) {
       *arch = "sm_" + std::to_string(cc);
@@ -216,7 +231,6 @@ Status device_arch(const Nvrtc& nvrtc, std::string* arch) {
   }
   const int newest = nvrtc.archs.back();
   if (cc > newest) {
-    // A GPU newer than this NVRTC: PTX, compiled by the driver when loaded.
     *arch = "compute_" + std::to_string(newest);
     return Status();
   }
@@ -226,7 +240,9 @@ Status device_arch(const Nvrtc& nvrtc, std::string* arch) {
 }
 
 struct Prepared {
-  const Nvrtc* nvrtc = nullptr;
+  const Nvrtc* nvrtc = nullptr;  // null while a cache hit may still make it unnecessary
+  std::string nvrtc_identity;
+  int device_cc = 0;  // the device's, when the target is the device's
   ParsedOptions options;
   std::string arch;
   std::string source_dir;
@@ -256,40 +272,120 @@ Sha256::Digest key_of(const CompileRequest& request, const Prepared& prepared) {
   Sha256 hash;
   hash.field("cudaops-jit-key-1");
   hash.field(version_string());
-  hash.field(prepared.nvrtc->version_text);
+  hash.field(prepared.nvrtc_identity);
   hash.field(prepared.arch);
   hash.field(request.file_name);  // diagnostics and __FILE__; the directory is in the scan
   hash.field(request.source);
   hash.field(request.kernel);
   hash.field(static_cast<uint64_t>(prepared.options.nvrtc.size()));
-  for (const std::string& option : prepared.options.nvrtc) hash.field(option);
+  for (const std::string& option : prepared.options.nvrtc)
+    hash.field(option);
   hash.update(prepared.dependencies.digest.data(), prepared.dependencies.digest.size());
   return hash.finish();
 }
 
 detail::Dependencies scan(const CompileRequest& request, const Prepared& prepared) {
   return detail::scan_dependencies(request.source, prepared.source_dir,
-                                   prepared.options.include_dirs,
-                                   prepared.options.pre_includes);
+                                   prepared.options.include_dirs, prepared.options.pre_includes);
 }
 
-Status prepare(const CompileRequest& request, Prepared* out) {
+// NVRTC's version for a library file whose name does not carry it, remembered in the cache
+// directory by the file's identity (real path, size, inode, modification and change times): a
+// file replaced or rewritten in place gets a new identity, and is loaded once to learn it.
+std::string nvrtc_stat_line(const std::string& path) {
+  char resolved[PATH_MAX];
+  if (realpath(path.c_str(), resolved) == nullptr) return "";
+  struct stat info {};
+  if (stat(resolved, &info) != 0) return "";
+  return std::string(resolved) + "|" + std::to_string(info.st_size) + "|" +
+         std::to_string(info.st_ino) + "|" + std::to_string(info.st_mtim.tv_sec) + "." +
+         std::to_string(info.st_mtim.tv_nsec) + "|" + std::to_string(info.st_ctim.tv_sec) + "." +
+         std::to_string(info.st_ctim.tv_nsec);
+}
+
+std::string nvrtc_note_path(const std::string& directory, const std::string& line) {
+  const Sha256::Digest digest = Sha256::of(line.data(), line.size());
+  return directory + "/nvrtc-" + Sha256::hex(digest).substr(0, 32) + ".version";
+}
+
+std::string remembered_nvrtc_identity(const std::string& directory, const std::string& path) {
+  const std::string line = nvrtc_stat_line(path);
+  if (line.empty() || directory.empty()) return "";
+  std::ifstream file(nvrtc_note_path(directory, line));
+  std::string stored, identity;
+  if (!std::getline(file, stored) || stored != line || !std::getline(file, identity)) return "";
+  return identity;
+}
+
+void remember_nvrtc_identity(const std::string& directory, const std::string& path,
+                             const std::string& identity) {
+  const std::string line = nvrtc_stat_line(path);
+  if (line.empty() || directory.empty()) return;
+  const std::string target = nvrtc_note_path(directory, line);
+  const std::string temp = target + ".tmp-" + std::to_string(getpid());
+  {
+    std::ofstream file(temp, std::ios::trunc);
+    file << line << "\n" << identity << "\n";
+    if (!file) {
+      std::remove(temp.c_str());
+      return;
+    }
+  }
+  if (std::rename(temp.c_str(), target.c_str()) != 0) std::remove(temp.c_str());
+}
+
+std::string cache_directory() {
+  std::lock_guard<std::mutex> lock(config_mutex);
+  const CacheConfig& config = config_slot();
+  return config.disk_enabled && !config.directory.empty() ? config.directory + "/jit-v1" : "";
+}
+
+// Loads NVRTC if `out` has none yet, and settles what depends on it (identity, target, key).
+Status load(const CompileRequest& request, Prepared* out) {
+  if (out->nvrtc != nullptr) return Status();
+  Status status = detail::load_nvrtc(&out->nvrtc);
+  if (!status.ok()) return status;
+  out->nvrtc_identity = out->nvrtc->identity;
+  const std::string directory = cache_directory();
+  if (!directory.empty() && detail::locate_nvrtc().identity.empty() &&
+      remembered_nvrtc_identity(directory, out->nvrtc->path) != out->nvrtc_identity) {
+    remember_nvrtc_identity(directory, out->nvrtc->path, out->nvrtc_identity);
+  }
+  if (out->options.arch.empty()) {
+    status = arch_for(*out->nvrtc, out->device_cc, &out->arch);
+    if (!status.ok()) return status;
+  }
+  out->key = key_of(request, *out);
+  return Status();
+}
+
+// Checks and parses the request, and computes its key. With `may_defer_nvrtc`, NVRTC is not
+// loaded when the file it would be loaded from names its version: a disk-cache hit then costs
+// no NVRTC load (milliseconds). The target of a device is then taken to be its SASS; load()
+// corrects it (and the key) if this NVRTC cannot produce that.
+Status prepare(const CompileRequest& request, Prepared* out, bool may_defer_nvrtc) {
   Status status = check_request(request);
   if (!status.ok()) return status;
   status = detail::parse_options(request.options, &out->options);
   if (!status.ok()) return status;
-  status = detail::load_nvrtc(&out->nvrtc);
-  if (!status.ok()) return status;
-  if (!out->options.arch.empty()) {
-    out->arch = out->options.arch;
-  } else {
-    status = device_arch(*out->nvrtc, &out->arch);
+  if (out->options.arch.empty()) {
+    status = device_cc(&out->device_cc);
     if (!status.ok()) return status;
+  } else {
+    out->arch = out->options.arch;
   }
   std::error_code error;
   const std::filesystem::path file = std::filesystem::absolute(request.file_name, error);
   out->source_dir = error ? "." : file.parent_path().lexically_normal().string();
   out->dependencies = scan(request, *out);
+  detail::NvrtcLocation location =
+      may_defer_nvrtc ? detail::locate_nvrtc() : detail::NvrtcLocation{};
+  if (location.identity.empty() && !location.path.empty()) {
+    location.identity = remembered_nvrtc_identity(cache_directory(), location.path);
+  }
+  if (location.identity.empty()) return load(request, out);
+  out->nvrtc_identity = location.identity;
+  if (out->options.arch.empty()) out->arch = "sm_" + std::to_string(out->device_cc);
   out->key = key_of(request, *out);
   return Status();
 }
@@ -312,9 +408,9 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
 
   result = nvrtc.add_name_expression(program, request.kernel.c_str());
   if (result != NVRTC_SUCCESS) {
-    return Status(StatusCode::kInvalidArgument, "jit: kernel '" + request.kernel +
-                                                    "' is not a usable name expression: " +
-                                                    nvrtc.error_string(result));
+    return Status(StatusCode::kInvalidArgument,
+                  "jit: kernel '" + request.kernel +
+                      "' is not a usable name expression: " + nvrtc.error_string(result));
   }
   const bool sass = prepared.arch.compare(0, 3, "sm_") == 0;
   std::vector<std::string> options = prepared.options.nvrtc;
@@ -326,7 +422,8 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
     options.emplace_back("--no-cache");
   }
   std::vector<const char*> pointers;
-  for (const std::string& option : options) pointers.push_back(option.c_str());
+  for (const std::string& option : options)
+    pointers.push_back(option.c_str());
 
   const auto start = std::chrono::steady_clock::now();
   result = nvrtc.compile_program(program, static_cast<int>(pointers.size()), pointers.data());
@@ -341,7 +438,8 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
   }
   if (result == NVRTC_ERROR_INVALID_OPTION) {
     std::string text = "jit: NVRTC refused the options:";
-    for (const std::string& option : options) text += " " + option;
+    for (const std::string& option : options)
+      text += " " + option;
     if (!module->info.log.empty()) text += "\n" + module->info.log;
     return Status(StatusCode::kInvalidArgument, text);
   }
@@ -352,16 +450,15 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
                       request.file_name + " (NVRTC: " + module->info.log + ")");
   }
   if (result != NVRTC_SUCCESS) {
-    return Status(StatusCode::kCompileError, "jit: compiling '" + request.kernel + "' of " +
-                                                 request.file_name + " failed (" +
-                                                 nvrtc.error_string(result) + "):\n" +
-                                                 module->info.log);
+    return Status(StatusCode::kCompileError,
+                  "jit: compiling '" + request.kernel + "' of " + request.file_name + " failed (" +
+                      nvrtc.error_string(result) + "):\n" + module->info.log);
   }
   const char* lowered = nullptr;
   result = nvrtc.lowered_name(program, request.kernel.c_str(), &lowered);
   if (result != NVRTC_SUCCESS || lowered == nullptr) {
-    return Status(StatusCode::kInvalidArgument, "jit: kernel '" + request.kernel +
-                                                    "' was not found in " + request.file_name);
+    return Status(StatusCode::kInvalidArgument,
+                  "jit: kernel '" + request.kernel + "' was not found in " + request.file_name);
   }
   module->info.lowered_name = lowered;
 
@@ -369,7 +466,8 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
   if (nvrtc.ptx_size(program, &ptx_size) == NVRTC_SUCCESS && ptx_size > 0) {
     module->ptx.resize(ptx_size);
     if (nvrtc.ptx(program, &module->ptx[0]) != NVRTC_SUCCESS) module->ptx.clear();
-    while (!module->ptx.empty() && module->ptx.back() == '\0') module->ptx.pop_back();
+    while (!module->ptx.empty() && module->ptx.back() == '\0')
+      module->ptx.pop_back();
   }
   if (sass) {
     size_t cubin_size = 0;
@@ -379,16 +477,15 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
       result = nvrtc.cubin(program, module->cubin.data());
     }
     if (result != NVRTC_SUCCESS || module->cubin.empty()) {
-      return Status(StatusCode::kCompileError, "jit: NVRTC produced no cubin for " +
-                                                   prepared.arch);
+      return Status(StatusCode::kCompileError, "jit: NVRTC produced no cubin for " + prepared.arch);
     }
     // Without a ptxas report for it the resources stay unknown (-1).
     (void)parse_resources(module->info.log, module->info.lowered_name, &module->resources);
   }
   if (module->ptx.find(".entry " + module->info.lowered_name + "(") == std::string::npos) {
-    return Status(StatusCode::kInvalidArgument,
-                  "jit: '" + request.kernel + "' is not a __global__ function of " +
-                      request.file_name);
+    return Status(
+        StatusCode::kInvalidArgument,
+        "jit: '" + request.kernel + "' is not a __global__ function of " + request.file_name);
   }
   module->info.arch = prepared.arch;
   module->info.nvrtc_version = nvrtc.version_text;
@@ -433,8 +530,8 @@ Status detail::Module::device_state(int device, PerDevice** out) {
     if (error != cudaSuccess) {
       library = nullptr;
       (void)cudaGetLastError();
-      return cudaops::detail::cuda_status(error, kOp, ("loading " + info.lowered_name + " (" + info.arch +
-                                              ")").c_str());
+      return cudaops::detail::cuda_status(
+          error, kOp, ("loading " + info.lowered_name + " (" + info.arch + ")").c_str());
     }
     error = cudaLibraryGetKernel(&kernel, library, info.lowered_name.c_str());
     if (error != cudaSuccess) {
@@ -447,8 +544,8 @@ Status detail::Module::device_state(int device, PerDevice** out) {
   error = cudaFuncGetAttributes(&state.attributes, func);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
-    const std::string what = "loading " + info.lowered_name + " (" + info.arch +
-                             ") on device " + std::to_string(device);
+    const std::string what =
+        "loading " + info.lowered_name + " (" + info.arch + ") on device " + std::to_string(device);
     return cudaops::detail::cuda_status(error, kOp, what.c_str());
   }
   // The count from the PTX signature, so that no query is made past the last parameter.
@@ -463,8 +560,8 @@ Status detail::Module::device_state(int device, PerDevice** out) {
     state.parameters.push_back(parameter);
   }
   state.dynamic_shared_limit = static_cast<size_t>(state.attributes.maxDynamicSharedSizeBytes);
-  error = cudaDeviceGetAttribute(&state.optin_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                 device);
+  error =
+      cudaDeviceGetAttribute(&state.optin_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   for (int i = 0; i < 3 && error == cudaSuccess; ++i) {
     const cudaDeviceAttr attribute = i == 0   ? cudaDevAttrMaxGridDimX
                                      : i == 1 ? cudaDevAttrMaxGridDimY
@@ -488,10 +585,18 @@ Kernel& Kernel::operator=(const Kernel&) = default;
 Kernel::Kernel(Kernel&&) noexcept = default;
 Kernel& Kernel::operator=(Kernel&&) noexcept = default;
 
-const CompileInfo& Kernel::info() const { return *info_; }
-const Resources& Kernel::resources() const { return module_->resources; }
-const std::string& Kernel::ptx() const { return module_->ptx; }
-const std::vector<char>& Kernel::cubin() const { return module_->cubin; }
+const CompileInfo& Kernel::info() const {
+  return *info_;
+}
+const Resources& Kernel::resources() const {
+  return module_->resources;
+}
+const std::string& Kernel::ptx() const {
+  return module_->ptx;
+}
+const std::vector<char>& Kernel::cubin() const {
+  return module_->cubin;
+}
 
 namespace {
 
@@ -525,8 +630,8 @@ Status Kernel::parameters(std::vector<Parameter>* out) const {
   return status;
 }
 
-Status Kernel::launch(Dim3 grid, Dim3 block, void* const* args, size_t num_args,
-                      size_t shared_mem, cudaStream_t stream) const {
+Status Kernel::launch(Dim3 grid, Dim3 block, void* const* args, size_t num_args, size_t shared_mem,
+                      cudaStream_t stream) const {
   if (!valid()) return not_valid("launch");
   const std::string op = "jit: " + module_->info.lowered_name;
   auto invalid = [&](const std::string& text) {
@@ -536,10 +641,10 @@ Status Kernel::launch(Dim3 grid, Dim3 block, void* const* args, size_t num_args,
   const uint32_t block_dims[3] = {block.x, block.y, block.z};
   for (int i = 0; i < 3; ++i) {
     if (grid_dims[i] == 0 || block_dims[i] == 0) {
-      return invalid("grid and block dimensions must be >= 1, got grid (" +
-                     std::to_string(grid.x) + ", " + std::to_string(grid.y) + ", " +
-                     std::to_string(grid.z) + ") and block (" + std::to_string(block.x) + ", " +
-                     std::to_string(block.y) + ", " + std::to_string(block.z) + ")");
+      return invalid("grid and block dimensions must be >= 1, got grid (" + std::to_string(grid.x) +
+                     ", " + std::to_string(grid.y) + ", " + std::to_string(grid.z) +
+                     ") and block (" + std::to_string(block.x) + ", " + std::to_string(block.y) +
+                     ", " + std::to_string(block.z) + ")");
     }
   }
   if (num_args > 0 && args == nullptr) return invalid("args must not be null with num_args > 0");
@@ -556,10 +661,10 @@ Status Kernel::launch(Dim3 grid, Dim3 block, void* const* args, size_t num_args,
   const uint64_t threads = uint64_t{block.x} * block.y * block.z;
   if (block.z > 64 || block.x > 1024 || block.y > 1024 ||
       threads > static_cast<uint64_t>(state->attributes.maxThreadsPerBlock)) {
-    return invalid("a block of (" + std::to_string(block.x) + ", " + std::to_string(block.y) +
-                   ", " + std::to_string(block.z) + ") threads is more than the kernel's limit of " +
-                   std::to_string(state->attributes.maxThreadsPerBlock) +
-                   " threads per block (z at most 64)");
+    return invalid(
+        "a block of (" + std::to_string(block.x) + ", " + std::to_string(block.y) + ", " +
+        std::to_string(block.z) + ") threads is more than the kernel's limit of " +
+        std::to_string(state->attributes.maxThreadsPerBlock) + " threads per block (z at most 64)");
   }
   if (num_args != state->parameters.size()) {
     return invalid("the kernel takes " + std::to_string(state->parameters.size()) +
@@ -577,12 +682,13 @@ Status Kernel::launch(Dim3 grid, Dim3 block, void* const* args, size_t num_args,
   if (shared_mem > state->dynamic_shared_limit) {
     std::lock_guard<std::mutex> lock(module_->mutex);
     if (shared_mem > state->dynamic_shared_limit) {
-      const cudaError_t error = cudaFuncSetAttribute(
-          reinterpret_cast<const void*>(module_->kernel),
-          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_mem));
+      const cudaError_t error = cudaFuncSetAttribute(reinterpret_cast<const void*>(module_->kernel),
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     static_cast<int>(shared_mem));
       if (error != cudaSuccess) {
         (void)cudaGetLastError();
-        return cudaops::detail::cuda_status(error, op.c_str(), "opting in to dynamic shared memory");
+        return cudaops::detail::cuda_status(error, op.c_str(),
+                                            "opting in to dynamic shared memory");
       }
       state->dynamic_shared_limit = shared_mem;
     }
@@ -614,7 +720,7 @@ const char* cache_source_name(CacheSource source) noexcept {
 Status cache_key(const CompileRequest& request, std::string* out) {
   if (out == nullptr) return Status(StatusCode::kInvalidArgument, "jit: out must not be null");
   Prepared prepared;
-  Status status = prepare(request, &prepared);
+  Status status = prepare(request, &prepared, false);
   if (status.ok()) *out = Sha256::hex(prepared.key);
   return status;
 }
@@ -623,9 +729,9 @@ Status compile(const CompileRequest& request, Kernel* out) {
   const auto start = std::chrono::steady_clock::now();
   if (out == nullptr) return Status(StatusCode::kInvalidArgument, "jit: out must not be null");
   Prepared prepared;
-  Status status = prepare(request, &prepared);
+  Status status = prepare(request, &prepared, true);
   if (!status.ok()) return status;
-  const std::string key = Sha256::hex(prepared.key);
+  std::string key = Sha256::hex(prepared.key);
 
   bool replaced_corrupt = false;
   std::string not_stored;
@@ -642,19 +748,13 @@ Status compile(const CompileRequest& request, Kernel* out) {
     return Status();
   };
 
-  {
-    std::lock_guard<std::mutex> lock(memory_mutex);
-    auto found = memory_cache().find(key);
-    if (found != memory_cache().end()) return finish(found->second, CacheSource::kMemoryCache);
-  }
-
   CacheConfig config;
   {
     std::lock_guard<std::mutex> lock(config_mutex);
     config = config_slot();
   }
-  const bool use_disk = config.disk_enabled && !config.directory.empty() &&
-                        prepared.dependencies.complete;
+  const bool use_disk =
+      config.disk_enabled && !config.directory.empty() && prepared.dependencies.complete;
   if (!config.disk_enabled) {
     not_stored = "the disk cache is disabled";
   } else if (config.directory.empty()) {
@@ -664,24 +764,47 @@ Status compile(const CompileRequest& request, Kernel* out) {
   }
   const DiskCache disk(config.directory + "/jit-v1", config.max_bytes);
 
-  auto module = std::make_shared<Module>();
-  module->info.key = key;
-  if (use_disk) {
+  // The in-process cache, then the disk; true when the kernel was found.
+  auto lookup = [&]() {
+    {
+      std::lock_guard<std::mutex> lock(memory_mutex);
+      auto found = memory_cache().find(key);
+      if (found != memory_cache().end()) {
+        (void)finish(found->second, CacheSource::kMemoryCache);
+        return true;
+      }
+    }
+    if (!use_disk) return false;
+    auto module = std::make_shared<Module>();
+    module->info.key = key;
     std::string payload, why;
-    const DiskCache::Lookup lookup = disk.load(prepared.key, &payload, &why);
-    if (lookup == DiskCache::Lookup::kHit && deserialize(payload, module.get())) {
-      std::shared_ptr<Module> shared = module;
+    const DiskCache::Lookup result = disk.load(prepared.key, &payload, &why);
+    if (result == DiskCache::Lookup::kHit && deserialize(payload, module.get())) {
+      std::shared_ptr<Module> shared;
       {
         std::lock_guard<std::mutex> lock(memory_mutex);
         shared = memory_cache().emplace(key, module).first->second;
       }
-      return finish(shared, CacheSource::kDiskCache);
+      (void)finish(shared, CacheSource::kDiskCache);
+      return true;
     }
-    replaced_corrupt = lookup != DiskCache::Lookup::kMiss;
-    module = std::make_shared<Module>();
-    module->info.key = key;
+    replaced_corrupt = replaced_corrupt || result != DiskCache::Lookup::kMiss;
+    return false;
+  };
+  if (lookup()) return Status();
+  if (prepared.nvrtc == nullptr) {
+    // A miss: NVRTC is needed now; the key changes only if the target must change with it.
+    status = load(request, &prepared);
+    if (!status.ok()) return status;
+    const std::string loaded_key = Sha256::hex(prepared.key);
+    if (loaded_key != key) {
+      key = loaded_key;
+      if (lookup()) return Status();
+    }
   }
 
+  auto module = std::make_shared<Module>();
+  module->info.key = key;
   status = run_nvrtc(request, prepared, module.get());
   if (!status.ok()) return status;
   if (use_disk) {

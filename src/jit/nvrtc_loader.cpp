@@ -1,6 +1,11 @@
 #include "jit/nvrtc_loader.h"
 
 #include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include <cstdlib>
 #include <memory>
@@ -20,14 +25,26 @@ std::string module_directory() {
   return slash == std::string::npos ? "" : path.substr(0, slash);
 }
 
+constexpr const char* kName = "libnvrtc.so.13";
+
+// Where NVRTC is looked for, in order. Every entry but the last is a path, checked by
+// locate_nvrtc() without loading anything; the last is the bare name, for the dynamic loader's
+// own search (its cache and system directories).
 std::vector<std::string> candidates() {
   std::vector<std::string> out;
   if (const char* explicit_path = std::getenv("CUDAOPS_NVRTC_LIBRARY")) {
     if (*explicit_path != '\0') out.emplace_back(explicit_path);
   }
-  // The dynamic loader's own search: LD_LIBRARY_PATH, the run path, ld.so.cache.
-  out.emplace_back("libnvrtc.so.13");
   std::vector<std::string> dirs;
+  if (const char* paths = std::getenv("LD_LIBRARY_PATH")) {
+    std::string list = paths;
+    size_t begin = 0;
+    while (begin <= list.size()) {
+      const size_t end = std::min(list.find(':', begin), list.size());
+      if (end > begin) dirs.push_back(list.substr(begin, end - begin));
+      begin = end + 1;
+    }
+  }
   for (const char* variable : {"CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"}) {
     if (const char* root = std::getenv(variable)) {
       if (*root != '\0') {
@@ -49,9 +66,56 @@ std::vector<std::string> candidates() {
     dirs.push_back(here + "/../nvidia/cu13/lib");
     dirs.push_back(here + "/../nvidia/cuda_nvrtc/lib");
   }
-  for (const std::string& dir : dirs) out.push_back(dir + "/libnvrtc.so.13");
+  for (const std::string& dir : dirs)
+    out.push_back(dir + "/" + kName);
+  out.emplace_back(kName);
   return out;
 }
+
+std::string real_path(const std::string& path) {
+  char resolved[PATH_MAX];
+  return realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : path;
+}
+
+// "13.0.88" from ".../libnvrtc.so.13.0.88", else "".
+std::string version_in_name(const std::string& path) {
+  const std::string real = real_path(path);
+  const size_t slash = real.rfind('/');
+  const std::string name = slash == std::string::npos ? real : real.substr(slash + 1);
+  const std::string prefix = "libnvrtc.so.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return "";
+  const std::string version = name.substr(prefix.size());
+  int dots = 0;
+  for (char c : version) {
+    if (c == '.') {
+      ++dots;
+    } else if (c < '0' || c > '9') {
+      return "";
+    }
+  }
+  return dots == 2 && version.back() != '.' ? version : "";
+}
+
+}  // namespace
+
+std::string nvrtc_identity(const std::string& path, const std::string& loaded_version) {
+  const std::string version = version_in_name(path);
+  return version.empty() ? loaded_version + " " + real_path(path) : version;
+}
+
+NvrtcLocation locate_nvrtc() {
+  NvrtcLocation location;
+  for (const std::string& candidate : candidates()) {
+    if (candidate.find('/') == std::string::npos) break;  // the loader's search: load to know
+    if (access(candidate.c_str(), R_OK) != 0) continue;
+    location.path = candidate;
+    location.identity = version_in_name(candidate);
+    return location;
+  }
+  return location;
+}
+
+namespace {
 
 template <typename F>
 bool bind(void* handle, const char* name, F* slot) {
@@ -115,6 +179,7 @@ Status load_nvrtc(const Nvrtc** out) {
       nvrtc->path = candidate;
     }
     nvrtc->version_text = std::to_string(major) + "." + std::to_string(minor);
+    nvrtc->identity = nvrtc_identity(nvrtc->path, nvrtc->version_text);
     nvrtc->major = major;
     nvrtc->minor = minor;
     loaded = nvrtc.release();  // kept for the life of the process, as the library stays loaded

@@ -28,11 +28,26 @@ struct Nvrtc {
   decltype(&::nvrtcAddNameExpression) add_name_expression = nullptr;
   decltype(&::nvrtcGetLoweredName) lowered_name = nullptr;
 
-  std::string path;              ///< the file loaded
-  std::string version_text;      ///< "13.0"
+  std::string path;          ///< the file loaded
+  std::string identity;      ///< see nvrtc_identity()
+  std::string version_text;  ///< "13.0"
   int major = 0, minor = 0;
-  std::vector<int> archs;        ///< supported SASS architectures (75, 80, ...)
+  std::vector<int> archs;  ///< supported SASS architectures (75, 80, ...)
 };
+
+/// Where NVRTC would be loaded from, found without loading it (file lookups only), and what
+/// identifies it in cache keys: "13.0.88" when the file's real name carries the full version
+/// (libnvrtc.so.13.0.88, as the toolkit installs it), so that a cache hit needs no NVRTC at all;
+/// else empty (the library must be loaded to know its version).
+struct NvrtcLocation {
+  std::string path;
+  std::string identity;
+};
+NvrtcLocation locate_nvrtc();
+
+/// The identity of the NVRTC library at `path`: the version in its real file name, or (when it
+/// has none) "<nvrtcVersion> <real path>" from `loaded_version`.
+std::string nvrtc_identity(const std::string& path, const std::string& loaded_version);
 
 /// The process's NVRTC, loaded on the first call. Fails with kNotSupported, listing every place
 /// tried, when no usable libnvrtc is found (later calls try again).

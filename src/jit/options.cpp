@@ -37,7 +37,8 @@ bool valid_arch(const std::string& arch) {
     return false;
   }
   const size_t digits = pos;
-  while (pos < arch.size() && std::isdigit(static_cast<unsigned char>(arch[pos]))) ++pos;
+  while (pos < arch.size() && std::isdigit(static_cast<unsigned char>(arch[pos])))
+    ++pos;
   if (pos - digits < 2 || pos - digits > 3) return false;
   if (pos == arch.size()) return true;
   return pos + 1 == arch.size() && (arch[pos] == 'a' || arch[pos] == 'f');
@@ -61,28 +62,48 @@ Status parse_options(const std::vector<std::string>& options, ParsedOptions* out
       {{"-maxrregcount", "--maxrregcount"}, "--maxrregcount=", Valued::kRegisters},
   };
   // Options that write files of their own, or produce no cubin to load.
-  static const char* const kRefused[] = {
-      "-time",     "--time",       "-create-pch",   "--create-pch",          "-use-pch",
-      "--use-pch", "-pch",         "--pch",         "-pch-dir",              "--pch-dir",
-      "-dlto",     "--dlink-time-opt", "-gen-opt-lto", "--gen-opt-lto",     "-optix-ir",
-      "--optix-ir", "-fdevice-syntax-only", "--fdevice-syntax-only", "-E", "--preprocess"};
+  static const char* const kRefused[] = {"-time",
+                                         "--time",
+                                         "-create-pch",
+                                         "--create-pch",
+                                         "-use-pch",
+                                         "--use-pch",
+                                         "-pch",
+                                         "--pch",
+                                         "-pch-dir",
+                                         "--pch-dir",
+                                         "-dlto",
+                                         "--dlink-time-opt",
+                                         "-gen-opt-lto",
+                                         "--gen-opt-lto",
+                                         "-optix-ir",
+                                         "--optix-ir",
+                                         "-fdevice-syntax-only",
+                                         "--fdevice-syntax-only",
+                                         "-E",
+                                         "--preprocess"};
   static const char* const kAliases[][2] = {
-      {"-lineinfo", "--generate-line-info"}, {"--generate-line-info", "--generate-line-info"},
-      {"-G", "--device-debug"},              {"--device-debug", "--device-debug"},
-      {"-use_fast_math", "--use_fast_math"}, {"--use_fast_math", "--use_fast_math"},
+      {"-lineinfo", "--generate-line-info"},
+      {"--generate-line-info", "--generate-line-info"},
+      {"-G", "--device-debug"},
+      {"--device-debug", "--device-debug"},
+      {"-use_fast_math", "--use_fast_math"},
+      {"--use_fast_math", "--use_fast_math"},
   };
 
   for (size_t i = 0; i < options.size(); ++i) {
     const std::string& option = options[i];
     if (option.empty()) return invalid(i, option, "an empty option");
     if (option[0] != '-') {
-      return invalid(i, option, "not an option (options start with '-'; a value goes in the "
-                                "same element, as -DNAME=1 or -I/path)");
+      return invalid(i, option,
+                     "not an option (options start with '-'; a value goes in the "
+                     "same element, as -DNAME=1 or -I/path)");
     }
     for (const char* refused : kRefused) {
       if (option == refused || starts_with(option, (std::string(refused) + "=").c_str())) {
-        return invalid(i, option, "not supported by the JIT (it writes files of its own or "
-                                  "produces no cubin)");
+        return invalid(i, option,
+                       "not supported by the JIT (it writes files of its own or "
+                       "produces no cubin)");
       }
     }
     bool done = false;
@@ -124,7 +145,8 @@ Status parse_options(const std::vector<std::string>& options, ParsedOptions* out
           const size_t end = valued.kind == Valued::kDefine ? value.find('=') : std::string::npos;
           const std::string name = value.substr(0, end);
           bool ok = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0]));
-          for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+          for (char c : name)
+            ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
           if (!ok) return invalid(i, option, "'" + name + "' is not a macro name");
           parsed.nvrtc.push_back(valued.canonical + value);
           break;
@@ -134,7 +156,8 @@ Status parse_options(const std::vector<std::string>& options, ParsedOptions* out
           std::filesystem::path dir = std::filesystem::absolute(value, error);
           if (error) return invalid(i, option, "cannot make the directory absolute");
           std::string text = dir.lexically_normal().string();
-          while (text.size() > 1 && text.back() == '/') text.pop_back();
+          while (text.size() > 1 && text.back() == '/')
+            text.pop_back();
           parsed.include_dirs.push_back(text);
           parsed.nvrtc.push_back(valued.canonical + text);
           break;
@@ -146,9 +169,12 @@ Status parse_options(const std::vector<std::string>& options, ParsedOptions* out
         case Valued::kStd: {
           static const char* const kStandards[] = {"c++03", "c++11", "c++14", "c++17", "c++20"};
           bool known = false;
-          for (const char* standard : kStandards) known = known || value == standard;
-          if (!known) return invalid(i, option, "the standard must be one of c++03, c++11, c++14, "
-                                                "c++17 or c++20");
+          for (const char* standard : kStandards)
+            known = known || value == standard;
+          if (!known)
+            return invalid(i, option,
+                           "the standard must be one of c++03, c++11, c++14, "
+                           "c++17 or c++20");
           parsed.has_std = true;
           parsed.nvrtc.push_back(valued.canonical + value);
           break;
@@ -162,7 +188,8 @@ Status parse_options(const std::vector<std::string>& options, ParsedOptions* out
           break;
         case Valued::kRegisters: {
           bool digits = true;
-          for (char c : value) digits = digits && std::isdigit(static_cast<unsigned char>(c));
+          for (char c : value)
+            digits = digits && std::isdigit(static_cast<unsigned char>(c));
           if (!digits || value.size() > 4) return invalid(i, option, "needs a register count");
           parsed.nvrtc.push_back(valued.canonical + value);
           break;

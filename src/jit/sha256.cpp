@@ -17,7 +17,9 @@ constexpr uint32_t kRound[64] = {
     0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
-inline uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+inline uint32_t rotr(uint32_t x, int n) {
+  return (x >> n) | (x << (32 - n));
+}
 
 }  // namespace
 
@@ -77,7 +79,8 @@ void Sha256::update(const void* data, size_t size) {
     block(buffer_.data());
     buffered_ = 0;
   }
-  for (; size >= 64; size -= 64, bytes += 64) block(bytes);
+  for (; size >= 64; size -= 64, bytes += 64)
+    block(bytes);
   if (size > 0) {
     std::memcpy(buffer_.data(), bytes, size);
     buffered_ = size;
@@ -86,7 +89,8 @@ void Sha256::update(const void* data, size_t size) {
 
 void Sha256::field(uint64_t value) {
   uint8_t bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<uint8_t>(value >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    bytes[i] = static_cast<uint8_t>(value >> (8 * i));
   update(bytes, sizeof(bytes));
 }
 
@@ -100,9 +104,11 @@ Sha256::Digest Sha256::finish() {
   const uint8_t pad = 0x80;
   update(&pad, 1);
   const uint8_t zero = 0;
-  while (buffered_ != 56) update(&zero, 1);
+  while (buffered_ != 56)
+    update(&zero, 1);
   uint8_t tail[8];
-  for (int i = 0; i < 8; ++i) tail[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i)
+    tail[i] = static_cast<uint8_t>(bits >> (56 - 8 * i));
   update(tail, 8);
   Digest digest;
   for (int i = 0; i < 8; ++i) {

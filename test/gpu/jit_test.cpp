@@ -120,7 +120,8 @@ TEST_F(JitGpu, CompilesForTheDeviceAndLaunches) {
   ASSERT_EQ(parameters.size(), 4u);
   EXPECT_EQ(parameters[0].size, 4u);
   EXPECT_EQ(parameters[1].size, 8u);
-  for (int n : {1, 7, 199, 4097, (1 << 20) + 3}) check_saxpy(kernel, n, nullptr);
+  for (int n : {1, 7, 199, 4097, (1 << 20) + 3})
+    check_saxpy(kernel, n, nullptr);
 }
 
 TEST_F(JitGpu, TemplateKernelsThroughNameExpressions) {
@@ -129,7 +130,8 @@ TEST_F(JitGpu, TemplateKernelsThroughNameExpressions) {
   ASSERT_TRUE(compile(request("scale<double>"), &kd).ok());
   const long long n = 1000;
   std::vector<double> host(n);
-  for (long long i = 0; i < n; ++i) host[i] = static_cast<double>(i) * 0.5;
+  for (long long i = 0; i < n; ++i)
+    host[i] = static_cast<double>(i) * 0.5;
   double* d = nullptr;
   CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d), sizeof(double) * n));
   CUDA_OK(cudaMemcpy(d, host.data(), sizeof(double) * n, cudaMemcpyHostToDevice));
@@ -139,7 +141,8 @@ TEST_F(JitGpu, TemplateKernelsThroughNameExpressions) {
   ASSERT_TRUE(kd.launch(4, 256, args, 3, 0, nullptr).ok());
   std::vector<double> out(n);
   CUDA_OK(cudaMemcpy(out.data(), d, sizeof(double) * n, cudaMemcpyDeviceToHost));
-  for (long long i = 0; i < n; ++i) ASSERT_EQ(out[i], host[i] * 3.0);
+  for (long long i = 0; i < n; ++i)
+    ASSERT_EQ(out[i], host[i] * 3.0);
   CUDA_OK(cudaFree(d));
 }
 
@@ -204,7 +207,8 @@ TEST_F(JitGpu, LaunchChecks) {
       {{1}, {32}, 4, size_t{1} << 30, "bytes per block"},
   };
   for (const Case& c : cases) {
-    const cudaops::Status status = kernel.launch(c.grid, c.block, args, c.num_args, c.shared, nullptr);
+    const cudaops::Status status =
+        kernel.launch(c.grid, c.block, args, c.num_args, c.shared, nullptr);
     EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << c.message;
     EXPECT_NE(status.message().find(c.message), std::string::npos) << status.message();
   }
@@ -226,7 +230,8 @@ TEST_F(JitGpu, DynamicSharedMemoryAbove48KiB) {
   ASSERT_TRUE(status.ok()) << status.to_string();
   std::vector<float> host(1024);
   CUDA_OK(cudaMemcpy(host.data(), out, sizeof(float) * 1024, cudaMemcpyDeviceToHost));
-  for (int i = 0; i < 1024; ++i) ASSERT_EQ(host[i], static_cast<float>(1023 - i));
+  for (int i = 0; i < 1024; ++i)
+    ASSERT_EQ(host[i], static_cast<float>(1023 - i));
   CUDA_OK(cudaFree(out));
 }
 

@@ -1,8 +1,8 @@
 // The JIT without a GPU: hashing, option parsing, the dependency scan, the disk cache on real
 // files, and (where NVRTC is installed) compilation for an explicit architecture, the cache's
 // behaviour across changes, corruption and processes racing on one directory.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,10 +71,12 @@ TEST(JitSha256, MatchesTheStandardVectors) {
 
 TEST(JitSha256, PiecewiseEqualsWhole) {
   std::string text;
-  for (int i = 0; i < 1000; ++i) text += static_cast<char>(i * 7 + 3);
+  for (int i = 0; i < 1000; ++i)
+    text += static_cast<char>(i * 7 + 3);
   for (size_t step : {1u, 3u, 63u, 64u, 65u, 200u}) {
     Sha256 hash;
-    for (size_t at = 0; at < text.size(); at += step) hash.update(text.substr(at, step));
+    for (size_t at = 0; at < text.size(); at += step)
+      hash.update(text.substr(at, step));
     EXPECT_EQ(Sha256::hex(hash.finish()), sha_hex(text)) << "step " << step;
   }
 }
@@ -92,15 +94,22 @@ TEST(JitSha256, FieldsAreLengthPrefixed) {
 
 TEST(JitOptions, CanonicalSpellings) {
   ParsedOptions parsed;
-  ASSERT_TRUE(parse_options({"-DA=1", "-D", "B", "--define-macro=C", "-UD", "-lineinfo",
-                             "-use_fast_math", "-G", "-arch=sm_90", "-maxrregcount=64",
-                             "-include", "pre.h", "--ftz=true"},
-                            &parsed)
-                  .ok());
-  const std::vector<std::string> expected = {
-      "-DA=1",        "-DB",           "-DC",           "-UD",
-      "--generate-line-info", "--use_fast_math", "--device-debug", "--maxrregcount=64",
-      "--pre-include=pre.h",  "--ftz=true",      "--std=c++17"};
+  ASSERT_TRUE(
+      parse_options({"-DA=1", "-D", "B", "--define-macro=C", "-UD", "-lineinfo", "-use_fast_math",
+                     "-G", "-arch=sm_90", "-maxrregcount=64", "-include", "pre.h", "--ftz=true"},
+                    &parsed)
+          .ok());
+  const std::vector<std::string> expected = {"-DA=1",
+                                             "-DB",
+                                             "-DC",
+                                             "-UD",
+                                             "--generate-line-info",
+                                             "--use_fast_math",
+                                             "--device-debug",
+                                             "--maxrregcount=64",
+                                             "--pre-include=pre.h",
+                                             "--ftz=true",
+                                             "--std=c++17"};
   EXPECT_EQ(parsed.nvrtc, expected);
   EXPECT_EQ(parsed.arch, "sm_90");
   EXPECT_EQ(parsed.pre_includes, std::vector<std::string>{"pre.h"});
@@ -108,8 +117,8 @@ TEST(JitOptions, CanonicalSpellings) {
 
 TEST(JitOptions, IncludeDirectoriesBecomeAbsolute) {
   ParsedOptions parsed;
-  ASSERT_TRUE(parse_options({"-Iinclude/", "-I", "/abs/dir", "--include-path=./x/../y"}, &parsed)
-                  .ok());
+  ASSERT_TRUE(
+      parse_options({"-Iinclude/", "-I", "/abs/dir", "--include-path=./x/../y"}, &parsed).ok());
   const std::string cwd = fs::current_path().string();
   ASSERT_EQ(parsed.include_dirs.size(), 3u);
   EXPECT_EQ(parsed.include_dirs[0], cwd + "/include");
@@ -249,7 +258,9 @@ TEST(JitIncludeScan, PreIncludesAreFollowed) {
 
 // ---- the disk cache ------------------------------------------------------------------------
 
-Sha256::Digest key_for(const std::string& text) { return Sha256::of(text.data(), text.size()); }
+Sha256::Digest key_for(const std::string& text) {
+  return Sha256::of(text.data(), text.size());
+}
 
 bool has_temporary_files(const std::string& dir) {
   for (const auto& item : fs::directory_iterator(dir)) {
@@ -359,7 +370,8 @@ TEST(JitDiskCache, ConcurrentWritersNeverLeaveABrokenEntry) {
         std::string out, why;
         const DiskCache::Lookup lookup = cache.load(key, &out, &why);
         // A reader sees the whole entry, or (between an eviction and a rename) none.
-        if (lookup == DiskCache::Lookup::kCorrupt || (lookup == DiskCache::Lookup::kHit && out != payload)) {
+        if (lookup == DiskCache::Lookup::kCorrupt ||
+            (lookup == DiskCache::Lookup::kHit && out != payload)) {
           ++failures;
         }
       }
@@ -566,8 +578,7 @@ TEST_F(JitCompile, BadRequests) {
   r.options.push_back("--no-such-nvrtc-option");
   const cudaops::Status status = compile(r, &kernel);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(status.message().find("--no-such-nvrtc-option"), std::string::npos)
-      << status.message();
+  EXPECT_NE(status.message().find("--no-such-nvrtc-option"), std::string::npos) << status.message();
   EXPECT_EQ(compile(request("saxpy"), nullptr).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Kernel().launch(1, 1, nullptr, 0, 0, nullptr).code(), StatusCode::kInvalidArgument);
 }

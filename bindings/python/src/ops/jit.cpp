@@ -63,10 +63,11 @@ jit::Dim3 dims(py::handle value, const char* what) {
   if (py::isinstance<py::tuple>(value) || py::isinstance<py::list>(value)) {
     const py::sequence seq = py::reinterpret_borrow<py::sequence>(value);
     if (seq.size() < 1 || seq.size() > 3) {
-      throw py::value_error(std::string("jit kernel: ") + what + " must have 1 to 3 dimensions, got " +
-                            std::to_string(seq.size()));
+      throw py::value_error(std::string("jit kernel: ") + what +
+                            " must have 1 to 3 dimensions, got " + std::to_string(seq.size()));
     }
-    for (size_t i = 0; i < seq.size(); ++i) one(seq[i], static_cast<int>(i));
+    for (size_t i = 0; i < seq.size(); ++i)
+      one(seq[i], static_cast<int>(i));
   } else {
     one(value, 0);
   }
@@ -112,7 +113,8 @@ void launch(const jit::Kernel& kernel, py::handle grid, py::handle block, py::ar
     is_array[i] = true;
   }
   std::vector<const ArrayView*> pointers;
-  for (const auto& view : views) pointers.push_back(view.get());
+  for (const auto& view : views)
+    pointers.push_back(view.get());
   ctx.prepare(pointers);
 
   // The parameters of the kernel on this device: count and sizes must match.
@@ -124,15 +126,16 @@ void launch(const jit::Kernel& kernel, py::handle grid, py::handle block, py::ar
   }
   for (size_t i = 0; i < args.size(); ++i) {
     if (values[i].size() != parameters[i].size) {
-      throw py::type_error(op + ": " + names[i] + ": parameter " + std::to_string(i) + " takes " +
-                           std::to_string(parameters[i].size) + " bytes, got " +
-                           (is_array[i] ? "an array (an 8-byte pointer)"
-                                        : type_name(args[i]) + " (" +
-                                              std::to_string(values[i].size()) + " bytes)"));
+      throw py::type_error(
+          op + ": " + names[i] + ": parameter " + std::to_string(i) + " takes " +
+          std::to_string(parameters[i].size) + " bytes, got " +
+          (is_array[i] ? "an array (an 8-byte pointer)"
+                       : type_name(args[i]) + " (" + std::to_string(values[i].size()) + " bytes)"));
     }
   }
   std::vector<void*> slots(args.size());
-  for (size_t i = 0; i < args.size(); ++i) slots[i] = values[i].data();
+  for (size_t i = 0; i < args.size(); ++i)
+    slots[i] = values[i].data();
   Status status;
   {
     py::gil_scoped_release nogil;
@@ -166,20 +169,23 @@ cudaops.jit.int32(n). The launch runs on the device of the array arguments and i
 their producers, like every op.)doc")
       .def("__call__", &launch, py::arg("grid"), py::arg("block"), py::kw_only(),
            py::arg("shared_mem") = 0, py::arg("stream") = py::none())
-      .def_property_readonly("name", [](const jit::Kernel& k) { return k.info().lowered_name; },
-                             "the symbol launched (the lowered name of a template)")
+      .def_property_readonly(
+          "name", [](const jit::Kernel& k) { return k.info().lowered_name; },
+          "the symbol launched (the lowered name of a template)")
       .def_property_readonly("arch", [](const jit::Kernel& k) { return k.info().arch; })
-      .def_property_readonly("registers", [](const jit::Kernel& k) { return k.resources().registers; })
-      .def_property_readonly("barriers", [](const jit::Kernel& k) { return k.resources().barriers; })
+      .def_property_readonly("registers",
+                             [](const jit::Kernel& k) { return k.resources().registers; })
+      .def_property_readonly("barriers",
+                             [](const jit::Kernel& k) { return k.resources().barriers; })
       .def_property_readonly("spill_store_bytes",
                              [](const jit::Kernel& k) { return k.resources().spill_store_bytes; })
       .def_property_readonly("spill_load_bytes",
                              [](const jit::Kernel& k) { return k.resources().spill_load_bytes; })
       .def_property_readonly("stack_frame_bytes",
                              [](const jit::Kernel& k) { return k.resources().stack_frame_bytes; })
-      .def_property_readonly("shared_bytes",
-                             [](const jit::Kernel& k) { return k.resources().static_shared_bytes; },
-                             "static shared memory per block")
+      .def_property_readonly(
+          "shared_bytes", [](const jit::Kernel& k) { return k.resources().static_shared_bytes; },
+          "static shared memory per block")
       .def_property_readonly(
           "max_threads_per_block",
           [](const jit::Kernel& k) {
@@ -198,17 +204,18 @@ their producers, like every op.)doc")
           "the number of kernel parameters (loads the kernel on the current device)")
       .def_property_readonly("from_cache", &cache_source,
                              "None (compiled by this call), 'memory' or 'disk'")
-      .def_property_readonly("compile_ms", [](const jit::Kernel& k) { return k.info().nvrtc_ms; },
-                             "NVRTC's time, in this call or when the cached entry was made")
-      .def_property_readonly("total_ms", [](const jit::Kernel& k) { return k.info().total_ms; },
-                             "this compile() call, cache lookup included")
+      .def_property_readonly(
+          "compile_ms", [](const jit::Kernel& k) { return k.info().nvrtc_ms; },
+          "NVRTC's time, in this call or when the cached entry was made")
+      .def_property_readonly(
+          "total_ms", [](const jit::Kernel& k) { return k.info().total_ms; },
+          "this compile() call, cache lookup included")
       .def_property_readonly("key", [](const jit::Kernel& k) { return k.info().key; })
       .def_property_readonly("log", [](const jit::Kernel& k) { return k.info().log; })
       .def_property_readonly("ptx", [](const jit::Kernel& k) { return k.ptx(); })
-      .def_property_readonly("cubin",
-                             [](const jit::Kernel& k) {
-                               return py::bytes(k.cubin().data(), k.cubin().size());
-                             })
+      .def_property_readonly(
+          "cubin",
+          [](const jit::Kernel& k) { return py::bytes(k.cubin().data(), k.cubin().size()); })
       .def("__repr__", [](const jit::Kernel& k) {
         return "<cudaops.jit.Kernel " + k.info().lowered_name + " for " + k.info().arch + ", " +
                std::to_string(k.resources().registers) + " registers>";
@@ -216,8 +223,7 @@ their producers, like every op.)doc")
 
   m.def("_jit_compile", &compile, py::arg("source"), py::arg("name"), py::arg("options"));
   m.def(
-      "_jit_clear_cache",
-      [](bool memory, bool disk) { check(jit::clear_cache(memory, disk)); },
+      "_jit_clear_cache", [](bool memory, bool disk) { check(jit::clear_cache(memory, disk)); },
       py::arg("memory") = true, py::arg("disk") = true);
   m.def("_jit_cache_dir", []() {
     const jit::CacheConfig config = jit::cache_config();
