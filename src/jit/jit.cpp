@@ -46,6 +46,7 @@ struct Module {
     int max_grid[3] = {0, 0, 0};
   };
   std::mutex mutex;
+  std::string op;  // "jit: <lowered name>", for messages; set when first loaded
   cudaLibrary_t library = nullptr;
   cudaKernel_t kernel = nullptr;
   std::map<int, PerDevice> devices;
@@ -242,7 +243,8 @@ Status arch_for(const Nvrtc& nvrtc, int cc, std::string* arch) {
 struct Prepared {
   const Nvrtc* nvrtc = nullptr;  // null while a cache hit may still make it unnecessary
   std::string nvrtc_identity;
-  int device_cc = 0;  // the device's, when the target is the device's
+  bool remember_identity = false;  // NVRTC's file name carries no version: note it once loaded
+  int device_cc = 0;               // the device's, when the target is the device's
   ParsedOptions options;
   std::string arch;
   std::string source_dir;
@@ -347,7 +349,7 @@ Status load(const CompileRequest& request, Prepared* out) {
   if (!status.ok()) return status;
   out->nvrtc_identity = out->nvrtc->identity;
   const std::string directory = cache_directory();
-  if (!directory.empty() && detail::locate_nvrtc().identity.empty() &&
+  if (!directory.empty() && out->remember_identity &&
       remembered_nvrtc_identity(directory, out->nvrtc->path) != out->nvrtc_identity) {
     remember_nvrtc_identity(directory, out->nvrtc->path, out->nvrtc_identity);
   }
@@ -381,6 +383,7 @@ Status prepare(const CompileRequest& request, Prepared* out, bool may_defer_nvrt
   detail::NvrtcLocation location =
       may_defer_nvrtc ? detail::locate_nvrtc() : detail::NvrtcLocation{};
   if (location.identity.empty() && !location.path.empty()) {
+    out->remember_identity = true;
     location.identity = remembered_nvrtc_identity(cache_directory(), location.path);
   }
   if (location.identity.empty()) return load(request, out);
@@ -524,6 +527,7 @@ Status detail::Module::device_state(int device, PerDevice** out) {
   }
   cudaError_t error = cudaSuccess;
   if (library == nullptr) {
+    op = std::string(kOp) + ": " + info.lowered_name;
     const void* image = cubin.empty() ? static_cast<const void*>(ptx.c_str())
                                       : static_cast<const void*>(cubin.data());
     error = cudaLibraryLoadData(&library, image, nullptr, nullptr, 0, nullptr, nullptr, 0);
@@ -633,9 +637,10 @@ Status Kernel::parameters(std::vector<Parameter>* out) const {
 Status Kernel::launch(Dim3 grid, Dim3 block, void* const* args, size_t num_args, size_t shared_mem,
                       cudaStream_t stream) const {
   if (!valid()) return not_valid("launch");
-  const std::string op = "jit: " + module_->info.lowered_name;
+  // Messages are built only on failure: a successful launch allocates nothing.
   auto invalid = [&](const std::string& text) {
-    return Status(StatusCode::kInvalidArgument, op + ": " + text);
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(kOp) + ": " + module_->info.lowered_name + ": " + text);
   };
   const uint32_t grid_dims[3] = {grid.x, grid.y, grid.z};
   const uint32_t block_dims[3] = {block.x, block.y, block.z};
@@ -687,7 +692,7 @@ Status Kernel::launch(Dim3 grid, Dim3 block, void* const* args, size_t num_args,
                                                      static_cast<int>(shared_mem));
       if (error != cudaSuccess) {
         (void)cudaGetLastError();
-        return cudaops::detail::cuda_status(error, op.c_str(),
+        return cudaops::detail::cuda_status(error, module_->op.c_str(),
                                             "opting in to dynamic shared memory");
       }
       state->dynamic_shared_limit = shared_mem;
@@ -698,9 +703,9 @@ Status Kernel::launch(Dim3 grid, Dim3 block, void* const* args, size_t num_args,
       dim3(block.x, block.y, block.z), const_cast<void**>(args), shared_mem, stream);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
-    return cudaops::detail::cuda_status(error, op.c_str(), "kernel launch failed");
+    return cudaops::detail::cuda_status(error, module_->op.c_str(), "kernel launch failed");
   }
-  return cudaops::detail::check_launch(op.c_str(), stream);
+  return cudaops::detail::check_launch(module_->op.c_str(), stream);
 }
 
 // ---- compile -----------------------------------------------------------------------------
