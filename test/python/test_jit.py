@@ -219,6 +219,32 @@ def test_launch_argument_checks_before_any_device_work(dl):
         k(1, 32, jit.float32(2.0), dl((4,), device=(1, 0)), dl((4,)), jit.int32(4))
 
 
+@requires_nvrtc
+def test_array_arguments_of_any_element_type(dl, cai):
+    """Array arguments are pointers: any element type of whole bytes is taken (its size checks the
+    alignment), beyond the dtypes the library's own ops compute in."""
+    k = jit.compile(SAXPY, "saxpy", options=("-arch=sm_90",))
+    a, n = jit.float32(2.0), jit.int32(4)
+    misaligned = 0x7F0000000004
+    with pytest.raises(ValueError, match=r"args\[1\].*aligned to its 8-byte float64"):
+        k(1, 32, a, dl((4,), "float64", ptr=misaligned), dl((4,)), n)
+    with pytest.raises(ValueError, match=r"args\[1\].*aligned to its 8-byte complex64"):
+        k(1, 32, a, dl((4,), "complex64", ptr=misaligned), dl((4,)), n)
+    with pytest.raises(ValueError, match=r"args\[1\].*aligned to its 8-byte <f8"):
+        k(1, 32, a, cai((4,), "<f8", ptr=misaligned), dl((4,)), n)
+    with pytest.raises(ValueError, match=r"args\[1\].*aligned to its 12-byte \|V12"):
+        k(1, 32, a, cai((4,), "|V12", ptr=0x7F0000000002), dl((4,)), n)
+    with pytest.raises(TypeError, match=r"args\[1\].*no whole number of bytes"):
+        k(1, 32, a, dl((4,), (1, 4)), dl((4,)), n)
+    with pytest.raises(TypeError, match=r"args\[1\].*typestr '>f8' is not supported"):
+        k(1, 32, a, cai((4,), ">f8"), dl((4,)), n)
+    # Byte-sized element types pass every check that needs no GPU.
+    for dtype in ("uint8", "bool"):
+        with pytest.raises(Exception) as caught:
+            k(1, 32, a, dl((3,), dtype, ptr=0x7F0000000001), dl((4,)), n)
+        assert "aligned" not in str(caught.value) and "dtype" not in str(caught.value)
+
+
 # --- on a GPU ---------------------------------------------------------------------------------
 
 
@@ -254,15 +280,40 @@ def test_saxpy_on_torch(torch, n):
 @requires_gpu
 def test_template_kernels_on_cupy(cupy):
     np = pytest.importorskip("numpy")
-    # The array dtypes the module imports: float32, float16, bfloat16, int32, int64.
+    # Any element type: the ops' own dtypes and the rest (float64, int8, uint8, int16, uint64).
     for dtype, name, scalar in [("int64", "scale<long long>", jit.int64),
                                 ("int32", "scale<int>", jit.int32),
-                                ("float32", "scale<float>", jit.float32)]:
+                                ("float32", "scale<float>", jit.float32),
+                                ("float64", "scale<double>", jit.float64),
+                                ("int8", "scale<signed char>", jit.int8),
+                                ("uint8", "scale<unsigned char>", jit.uint8),
+                                ("int16", "scale<short>", jit.int16),
+                                ("uint64", "scale<unsigned long long>", jit.uint64)]:
         n = 1000
-        x = cupy.arange(n, dtype=dtype)
+        x = cupy.arange(n, dtype=dtype) % 40
         k = jit.compile(SAXPY, name)
         k(4, 256, x, scalar(3), jit.int64(n))
-        np.testing.assert_array_equal(cupy.asnumpy(x), np.arange(n, dtype=dtype) * 3)
+        np.testing.assert_array_equal(cupy.asnumpy(x), (np.arange(n, dtype=dtype) % 40) * 3)
+
+
+@requires_gpu
+def test_bool_and_float64_arrays_on_torch(torch):
+    source = textwrap.dedent(
+        """
+        extern "C" __global__ void where_positive(const double* x, bool* mask, double* y, int n) {
+          int i = blockIdx.x * blockDim.x + threadIdx.x;
+          if (i < n) { mask[i] = x[i] > 0.0; y[i] = mask[i] ? x[i] : 0.0; }
+        }
+        """
+    )
+    k = jit.compile(source, "where_positive")
+    n = 4099
+    x = torch.randn(n, device="cuda", dtype=torch.float64)
+    mask = torch.zeros(n, device="cuda", dtype=torch.bool)
+    y = torch.full((n,), float("nan"), device="cuda", dtype=torch.float64)
+    k((n + 127) // 128, 128, x, mask, y, jit.int32(n))
+    assert torch.equal(mask, x > 0)
+    assert torch.equal(y, torch.where(x > 0, x, torch.zeros_like(x)))
 
 
 @requires_gpu

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -97,6 +98,23 @@ DType dtype_from_dl(dl::DataType t, const char* op, const std::string& name) {
                        kExpectedDtypes);
 }
 
+// Elements::kAny: any DLPack element type of a whole number of bytes, kept as its size.
+void set_dl_type(ArrayView& view, dl::DataType t, Elements elements, const char* op) {
+  view.type_text = dl_dtype_text(t);
+  if (elements == Elements::kTyped) {
+    view.dtype = dtype_from_dl(t, op, view.name);
+    view.item_size = dtype_size(view.dtype);
+    return;
+  }
+  const int64_t bits = static_cast<int64_t>(t.bits) * t.lanes;
+  if (bits <= 0 || bits % 8 != 0) {
+    throw py::type_error(prefix(op, view.name) + "dtype " + view.type_text +
+                         " has no whole number of bytes per element");
+  }
+  view.item_size = bits / 8;
+  view.typed = false;
+}
+
 DType dtype_from_typestr(const std::string& typestr, const char* op, const std::string& name) {
   // Little-endian ('<'), native ('=', little-endian on every CUDA host) or not applicable ('|').
   if (typestr.size() >= 3 && (typestr[0] == '<' || typestr[0] == '=' || typestr[0] == '|')) {
@@ -109,6 +127,36 @@ DType dtype_from_typestr(const std::string& typestr, const char* op, const std::
   throw py::type_error(prefix(op, name) + "typestr '" + typestr + "' is not supported; " +
                        "expected '<f4' (float32), '<f2' (float16), '<i4' (int32) or '<i8' "
                        "(int64); bfloat16 has no typestr and is taken through DLPack");
+}
+
+// Elements::kAny: any typestr ("<f8", "|u1", "|b1", "<c16", "|V12") whose size is given.
+void set_typestr(ArrayView& view, const std::string& typestr, Elements elements, const char* op) {
+  view.type_text = typestr;
+  if (elements == Elements::kTyped) {
+    view.dtype = dtype_from_typestr(typestr, op, view.name);
+    view.item_size = dtype_size(view.dtype);
+    return;
+  }
+  int64_t size = 0;
+  const bool shaped = typestr.size() >= 3 && typestr.size() <= 8 &&
+                      (typestr[0] == '<' || typestr[0] == '=' || typestr[0] == '|') &&
+                      std::isalpha(static_cast<unsigned char>(typestr[1])) != 0;
+  if (shaped) {
+    for (size_t i = 2; i < typestr.size(); ++i) {
+      if (std::isdigit(static_cast<unsigned char>(typestr[i])) == 0) {
+        size = 0;
+        break;
+      }
+      size = size * 10 + (typestr[i] - '0');
+    }
+  }
+  if (size <= 0) {
+    throw py::type_error(prefix(op, view.name) + "typestr '" + typestr +
+                         "' is not supported; expected a little-endian type with its size in "
+                         "bytes, such as '<f8' or '|u1'");
+  }
+  view.item_size = size;
+  view.typed = false;
 }
 
 int64_t as_int(py::handle value, const char* op, const std::string& name, const char* what) {
@@ -247,6 +295,7 @@ bool read_torch_tensor(py::handle obj, ArrayView& view) {
   const int found = match_dtype(get_attr(obj, dtype_name_).ptr(), h->dtypes);
   if (found < 0) return false;
   view.dtype = kDtypeOrder[found];
+  view.item_size = dtype_size(view.dtype);
   if (!read_extents(get_attr(obj, shape_name).ptr(), call_method(obj, stride_name).ptr(), 1,
                     view)) {
     return false;
@@ -316,6 +365,7 @@ bool read_cupy_array(py::handle obj, ArrayView& view) {
   const int found = dtype.ptr() == h->int64_alt ? 4 : match_dtype(dtype.ptr(), h->dtypes);
   if (found < 0) return false;
   view.dtype = kDtypeOrder[found];
+  view.item_size = dtype_size(view.dtype);
   // CuPy's strides are in bytes.
   if (!read_extents(get_attr(obj, shape_name).ptr(), get_attr(obj, strides_name).ptr(),
                     dtype_size(view.dtype), view)) {
@@ -393,11 +443,12 @@ const dl::ExchangeAPI* exchange_api_of(py::handle obj) {
   return api;
 }
 
-void fill_from_tensor(ArrayView& view, const dl::Tensor& tensor, const char* op) {
+void fill_from_tensor(ArrayView& view, const dl::Tensor& tensor, Elements elements,
+                      const char* op) {
   const std::string& name = view.name;
   require_cuda_device_type(tensor.device.device_type, op, name);
   view.device = tensor.device.device_id;
-  view.dtype = dtype_from_dl(tensor.dtype, op, name);
+  set_dl_type(view, tensor.dtype, elements, op);
   if (tensor.ndim < 0 || (tensor.ndim > 0 && tensor.shape == nullptr)) {
     throw py::value_error(prefix(op, name) + "DLPack tensor with an invalid shape");
   }
@@ -413,7 +464,7 @@ void fill_from_tensor(ArrayView& view, const dl::Tensor& tensor, const char* op)
 // Imports through the C exchange API; false (and no Python error) when the producer declines, so
 // that the Python protocol reports why.
 bool import_exchange(py::handle obj, const dl::ExchangeAPI* api, ArrayView& view, Access access,
-                     const char* op) {
+                     Elements elements, const char* op) {
   if (access == Access::kRead && api->dltensor_from_py_object_no_sync != nullptr) {
     dl::Tensor tensor{};
     if (api->dltensor_from_py_object_no_sync(obj.ptr(), &tensor) != 0) {
@@ -421,7 +472,7 @@ bool import_exchange(py::handle obj, const dl::ExchangeAPI* api, ArrayView& view
       return false;
     }
     // The DLTensor is valid until control returns to Python: everything is copied out here.
-    fill_from_tensor(view, tensor, op);
+    fill_from_tensor(view, tensor, elements, op);
   } else {
     dl::ManagedTensorVersioned* managed = nullptr;
     if (api->managed_tensor_from_py_object_no_sync(obj.ptr(), &managed) != 0 ||
@@ -431,14 +482,15 @@ bool import_exchange(py::handle obj, const dl::ExchangeAPI* api, ArrayView& view
     }
     view.versioned.reset(managed);
     view.readonly = (managed->flags & dl::kFlagReadOnly) != 0;
-    fill_from_tensor(view, managed->dl_tensor, op);
+    fill_from_tensor(view, managed->dl_tensor, elements, op);
   }
   view.exchange_api = api;
   view.protocol = "DLPack C exchange API";
   return true;
 }
 
-void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, const char* op) {
+void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, Elements elements,
+                   const char* op) {
   const std::string& name = view.name;
   if (py::hasattr(obj, "__dlpack_device__")) {
     py::object device = obj.attr("__dlpack_device__")();
@@ -484,11 +536,11 @@ void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, const c
                          "\"dltensor_versioned\" capsule, got " +
                          type_name(capsule));
   }
-  fill_from_tensor(view, *tensor, op);
+  fill_from_tensor(view, *tensor, elements, op);
   view.protocol = view.versioned != nullptr ? "DLPack" : "DLPack (legacy)";
 }
 
-void import_cai(py::handle obj, ArrayView& view, const char* op) {
+void import_cai(py::handle obj, ArrayView& view, Elements elements, const char* op) {
   const std::string& name = view.name;
   py::object cai_obj = obj.attr("__cuda_array_interface__");
   if (!PyDict_Check(cai_obj.ptr())) {
@@ -515,7 +567,7 @@ void import_cai(py::handle obj, ArrayView& view, const char* op) {
   if (!typestr || !PyUnicode_Check(typestr.ptr())) {
     throw py::type_error(prefix(op, name) + "__cuda_array_interface__ 'typestr' must be a str");
   }
-  view.dtype = dtype_from_typestr(typestr.cast<std::string>(), op, name);
+  set_typestr(view, typestr.cast<std::string>(), elements, op);
   py::object shape = get("shape");
   if (!shape) throw py::type_error(prefix(op, name) + "__cuda_array_interface__ has no 'shape'");
   view.shape = int_tuple(shape, op, name, "__cuda_array_interface__ 'shape'");
@@ -529,7 +581,7 @@ void import_cai(py::handle obj, ArrayView& view, const char* op) {
                             std::to_string(bytes.size()) + " entries for " +
                             std::to_string(view.shape.size()) + " dimensions");
     }
-    const int64_t item = dtype_size(view.dtype);
+    const int64_t item = view.item_size;
     view.strides.resize(bytes.size());
     for (size_t i = 0; i < bytes.size(); ++i) {
       if (bytes[i] % item != 0) {
@@ -576,7 +628,7 @@ bool ArrayView::c_contiguous() const {
 CallContext::CallContext(const char* op, py::handle stream)
     : op_(op), stream_(parse_stream(stream, op)) {}
 
-ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
+ArrayView CallContext::import(py::handle obj, const char* name, Access access, Elements elements) {
   ArrayView view;
   view.name = name;
   bool done = false;
@@ -585,6 +637,7 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
       const Array& array = obj.cast<const Array&>();
       view.data = array.data();
       view.dtype = array.dtype();
+      view.item_size = dtype_size(view.dtype);
       view.shape = array.shape();
       view.strides = contiguous_strides(view.shape);
       view.device = array.device();
@@ -592,7 +645,7 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
       view.protocol = "cudaops.Array";
       done = true;
     } else if (const dl::ExchangeAPI* api = exchange_api_of(obj)) {
-      done = import_exchange(obj, api, view, access, op_);
+      done = import_exchange(obj, api, view, access, elements, op_);
     } else if (is_plain_torch_tensor(obj)) {
       done = read_torch_tensor(obj, view);
     } else if (is_cupy_ndarray(obj)) {
@@ -610,9 +663,9 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
   }
   if (!done) {
     if (py::hasattr(obj, "__dlpack__")) {
-      import_dlpack(obj, view, stream_.handle, op_);
+      import_dlpack(obj, view, stream_.handle, elements, op_);
     } else if (py::hasattr(obj, "__cuda_array_interface__")) {
-      import_cai(obj, view, op_);
+      import_cai(obj, view, elements, op_);
     } else {
       throw py::type_error(prefix(op_, name) +
                            "expected a CUDA array (an object with __dlpack__ or "
@@ -625,11 +678,16 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access) {
     throw py::value_error(prefix(op_, name) + "the array is read-only (" + view.protocol +
                           "); an output must be writable");
   }
-  const int64_t item = dtype_size(view.dtype);
-  if (view.size > 0 && reinterpret_cast<uintptr_t>(view.data) % static_cast<uintptr_t>(item) != 0) {
+  // The alignment an element needs: its size, or the largest power of two dividing it (a
+  // 12-byte record is 4-byte aligned), at most 16 bytes.
+  int64_t align = view.item_size & -view.item_size;
+  if (align > 16) align = 16;
+  if (view.size > 0 &&
+      reinterpret_cast<uintptr_t>(view.data) % static_cast<uintptr_t>(align) != 0) {
     throw py::value_error(prefix(op_, name) + "data pointer " + pointer_text(view.data) +
-                          " is not aligned to its " + std::to_string(item) + "-byte " +
-                          dtype_name(view.dtype) + " elements");
+                          " is not aligned to its " + std::to_string(view.item_size) + "-byte " +
+                          (view.typed ? std::string(dtype_name(view.dtype)) : view.type_text) +
+                          " elements");
   }
   if (view.size > 0 && view.data == nullptr) {
     throw py::value_error(prefix(op_, name) + "null data pointer for " + std::to_string(view.size) +

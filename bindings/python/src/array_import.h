@@ -20,12 +20,19 @@ namespace cudaops::python {
 
 enum class Access { kRead, kWrite };
 
+/// What element types an import accepts: the library's dtypes, or any element type with a whole
+/// number of bytes (the array is then only a pointer, as for the arguments of a JIT kernel).
+enum class Elements { kTyped, kAny };
+
 /// A borrowed view of an array: valid while the object it came from is alive. A DLPack tensor
 /// taken from a capsule is released (its deleter called) when the view goes away.
 struct ArrayView {
-  std::string name;      // the argument's name, for messages
-  void* data = nullptr;  // first element (byte_offset applied)
-  DType dtype = DType::kFloat32;
+  std::string name;               // the argument's name, for messages
+  void* data = nullptr;           // first element (byte_offset applied)
+  DType dtype = DType::kFloat32;  // meaningful only when `typed`
+  bool typed = true;              // false: an element type outside DType (Elements::kAny)
+  int64_t item_size = 4;          // bytes per element
+  std::string type_text;          // the element type as the producer named it, for messages
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;  // in elements
   int64_t size = 0;
@@ -59,7 +66,8 @@ class CallContext {
 
   /// Imports `obj` as argument `name`. Checks everything that needs no GPU: protocol, dtype,
   /// device type, read-only outputs, mask, strides, alignment.
-  ArrayView import(py::handle obj, const char* name, Access access);
+  ArrayView import(py::handle obj, const char* name, Access access,
+                   Elements elements = Elements::kTyped);
 
   /// The `out=` argument: none when None, else imported for writing and checked to have the
   /// dtype and shape of `like` and to be C-contiguous.

@@ -107,7 +107,8 @@ void launch(const jit::Kernel& kernel, py::handle grid, py::handle block, py::ar
                            " has no C type; pass it typed, e.g. cudaops.jit.int32(n), "
                            "cudaops.jit.float32(x)");
     }
-    views.push_back(std::make_unique<ArrayView>(ctx.import(arg, names[i].c_str(), Access::kRead)));
+    views.push_back(std::make_unique<ArrayView>(
+        ctx.import(arg, names[i].c_str(), Access::kRead, Elements::kAny)));
     void* data = views.back()->data;
     values[i].assign(reinterpret_cast<const char*>(&data), sizeof(data));
     is_array[i] = true;
