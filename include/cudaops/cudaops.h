@@ -7,4 +7,5 @@
 #include "cudaops/rowwise.h"
 #include "cudaops/status.h"
 #include "cudaops/stream.h"
+#include "cudaops/topk.h"
 #include "cudaops/version.h"

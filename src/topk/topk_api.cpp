@@ -1,0 +1,107 @@
+// The public top-k entry points: every argument is checked before anything is launched.
+#include <limits>
+#include <sstream>
+
+#include "core/validate.h"
+#include "cudaops/topk.h"
+#include "topk/topk_plan.h"
+
+namespace cudaops {
+namespace {
+
+constexpr const char* kOp = "topk";
+
+Status invalid(const std::string& text) {
+  return Status(StatusCode::kInvalidArgument, std::string(kOp) + ": " + text);
+}
+
+Status check_sizes(int64_t rows, int64_t cols, int64_t k) {
+  if (Status s = detail::check_count(kOp, "rows", rows); !s.ok()) return s;
+  if (Status s = detail::check_count(kOp, "cols", cols); !s.ok()) return s;
+  if (cols > kTopkMaxCols) {
+    return invalid("cols " + std::to_string(cols) + " is above the largest supported, 2^24 (" +
+                   std::to_string(kTopkMaxCols) + ")");
+  }
+  if (k < 1 || k > kTopkMaxK) {
+    return invalid("k must be in [1, " + std::to_string(kTopkMaxK) + "], got " +
+                   std::to_string(k));
+  }
+  if (k > cols) {
+    return invalid("k (" + std::to_string(k) + ") must be <= cols (" + std::to_string(cols) +
+                   ")");
+  }
+  return Status();
+}
+
+// A matrix of rows x width elements of dtype at data with row_stride.
+Status check_matrix(const char* name, const void* data, int64_t row_stride, int64_t rows,
+                    int64_t width, DType dtype) {
+  if (rows == 0 || width == 0) return Status();
+  if (Status s = detail::check_pointer(kOp, name, data, rows * width, dtype); !s.ok()) return s;
+  if (row_stride < width) {
+    std::ostringstream text;
+    text << name << " row_stride " << row_stride << " must be >= " << width;
+    return invalid(text.str());
+  }
+  const int64_t limit = std::numeric_limits<int64_t>::max() / dtype_size(dtype);
+  if (rows > 1 && row_stride > (limit - width) / (rows - 1)) {
+    std::ostringstream text;
+    text << name << " spans more than 2^63 bytes (rows " << rows << ", row_stride " << row_stride
+         << ")";
+    return invalid(text.str());
+  }
+  return Status();
+}
+
+}  // namespace
+
+Status topk_workspace_size(int64_t rows, int64_t cols, int64_t k, DType dtype, size_t* bytes) {
+  if (bytes == nullptr) return invalid("bytes must not be null");
+  if (Status s = check_sizes(rows, cols, k); !s.ok()) return s;
+  if (Status s = detail::check_float_dtype(kOp, "dtype", dtype); !s.ok()) return s;
+  *bytes = rows == 0 ? 0 : detail::topk::make_plan(rows, cols, k).workspace_bytes;
+  return Status();
+}
+
+Status topk(ConstMatrixRef x, MatrixRef values, MatrixRef indices, int64_t rows, int64_t cols,
+            int64_t k, DType dtype, const TopkOptions& options, void* d_workspace,
+            size_t workspace_bytes, cudaStream_t stream) {
+  if (Status s = check_sizes(rows, cols, k); !s.ok()) return s;
+  if (Status s = detail::check_float_dtype(kOp, "dtype", dtype); !s.ok()) return s;
+  if (options.index_dtype != DType::kInt64 && options.index_dtype != DType::kInt32) {
+    std::ostringstream text;
+    text << kOp << ": index_dtype " << dtype_name(options.index_dtype) << " ("
+         << static_cast<int>(options.index_dtype) << ") is not supported; expected int64 or int32";
+    return Status(StatusCode::kUnsupportedDtype, text.str());
+  }
+  if (Status s = check_matrix("x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
+  if (Status s = check_matrix("values", values.data, values.row_stride, rows, k, dtype); !s.ok()) {
+    return s;
+  }
+  if (Status s = check_matrix("indices", indices.data, indices.row_stride, rows, k,
+                              options.index_dtype);
+      !s.ok()) {
+    return s;
+  }
+  if (rows == 0) return Status();
+  const size_t needed = detail::topk::make_plan(rows, cols, k).workspace_bytes;
+  if (needed > 0) {
+    if (workspace_bytes < needed) {
+      std::ostringstream text;
+      text << kOp << ": workspace_bytes " << workspace_bytes << " is below the " << needed
+           << " bytes topk_workspace_size gives for rows " << rows << ", cols " << cols << ", k "
+           << k;
+      return Status(StatusCode::kWorkspaceTooSmall, text.str());
+    }
+    if (d_workspace == nullptr) return invalid("d_workspace must not be null");
+    if (reinterpret_cast<uintptr_t>(d_workspace) % 16 != 0) {
+      std::ostringstream text;
+      text << kOp << ": d_workspace (" << d_workspace << ") must be aligned to 16 bytes";
+      return Status(StatusCode::kMisaligned, text.str());
+    }
+  }
+  return detail::topk::run(kOp, x, values, indices, rows, cols, k, dtype, options, d_workspace,
+                           stream);
+}
+
+}  // namespace cudaops
