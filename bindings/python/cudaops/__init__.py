@@ -26,6 +26,7 @@ from ._core import (
     rms_norm_backward,
     softmax,
     softmax_backward,
+    topk,
 )
 from . import jit
 
@@ -47,4 +48,5 @@ __all__ = [
     "rms_norm_backward",
     "softmax",
     "softmax_backward",
+    "topk",
 ]
