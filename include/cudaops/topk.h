@@ -39,8 +39,8 @@ inline constexpr int64_t kTopkMaxCols = int64_t{1} << 24;
 inline constexpr int64_t kTopkTileCols = 16384;
 
 struct TopkOptions {
-  bool largest = true;              ///< the k largest (else the k smallest)
-  bool sorted = true;               ///< in rank order (else in ascending column order)
+  bool largest = true;                ///< the k largest (else the k smallest)
+  bool sorted = true;                 ///< in rank order (else in ascending column order)
   DType index_dtype = DType::kInt64;  ///< kInt64 or kInt32
 };
 

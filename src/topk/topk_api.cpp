@@ -23,12 +23,10 @@ Status check_sizes(int64_t rows, int64_t cols, int64_t k) {
                    std::to_string(kTopkMaxCols) + ")");
   }
   if (k < 1 || k > kTopkMaxK) {
-    return invalid("k must be in [1, " + std::to_string(kTopkMaxK) + "], got " +
-                   std::to_string(k));
+    return invalid("k must be in [1, " + std::to_string(kTopkMaxK) + "], got " + std::to_string(k));
   }
   if (k > cols) {
-    return invalid("k (" + std::to_string(k) + ") must be <= cols (" + std::to_string(cols) +
-                   ")");
+    return invalid("k (" + std::to_string(k) + ") must be <= cols (" + std::to_string(cols) + ")");
   }
   return Status();
 }
@@ -78,8 +76,8 @@ Status topk(ConstMatrixRef x, MatrixRef values, MatrixRef indices, int64_t rows,
   if (Status s = check_matrix("values", values.data, values.row_stride, rows, k, dtype); !s.ok()) {
     return s;
   }
-  if (Status s = check_matrix("indices", indices.data, indices.row_stride, rows, k,
-                              options.index_dtype);
+  if (Status s =
+          check_matrix("indices", indices.data, indices.row_stride, rows, k, options.index_dtype);
       !s.ok()) {
     return s;
   }

@@ -12,7 +12,7 @@
 namespace cudaops::detail::topk {
 
 constexpr int64_t kValueTile = kTopkTileCols;  // values per tile (64 KiB of keys)
-constexpr int64_t kPairTile = 8192;    // pairs per tile (64 KiB of keys and columns)
+constexpr int64_t kPairTile = 8192;            // pairs per tile (64 KiB of keys and columns)
 
 struct Level {
   int64_t n = 0;  // elements (level 0) or pairs per row

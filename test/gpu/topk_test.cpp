@@ -50,8 +50,8 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
   if (op == nullptr) return ::testing::AssertionFailure() << "no descriptor topk";
   harness::CaseConfig config;
   config.dtype = c.dtype;
-  config.dims = {{"rows", c.rows},          {"cols", c.cols},          {"k", c.k},
-                 {"pad", c.pad},            {"largest", c.largest},    {"sorted", c.sorted},
+  config.dims = {{"rows", c.rows},      {"cols", c.cols},       {"k", c.k},
+                 {"pad", c.pad},        {"largest", c.largest}, {"sorted", c.sorted},
                  {"index32", c.index32}};
   config.seed = static_cast<uint64_t>(c.rows * 31 + c.cols * 7 + c.k * 13 + c.offset + 1);
   config.offset = c.offset;
@@ -78,11 +78,14 @@ std::vector<Case> ShapeCases() {
   struct Shape {
     int64_t rows, cols, k;
   };
-  const Shape shapes[] = {
-      {1, 1, 1},      {7, 1, 1},         {3, 7, 7},        {5, 199, 1},        {5, 199, 64},
-      {3, 1000, 999}, {2, 4097, 2048},   {33, 127, 32},    {4, 16384, 2048},   {3, 16385, 5},
-      {2, 40000, 2048}, {3, 65543, 1024}, {2, 100000, 1},  {1, (1 << 20) + 1, 2048},
-      {1, 300000, 777}};
+  const Shape shapes[] = {{1, 1, 1},        {7, 1, 1},
+                          {3, 7, 7},        {5, 199, 1},
+                          {5, 199, 64},     {3, 1000, 999},
+                          {2, 4097, 2048},  {33, 127, 32},
+                          {4, 16384, 2048}, {3, 16385, 5},
+                          {2, 40000, 2048}, {3, 65543, 1024},
+                          {2, 100000, 1},   {1, (1 << 20) + 1, 2048},
+                          {1, 300000, 777}};
   std::vector<Case> cases;
   for (DType dtype : kDtypes) {
     for (const Shape& s : shapes) {
@@ -286,9 +289,9 @@ TEST_P(TopkDtype, GraphCapture) {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
-    const Status status = topk({run.x.data(), cols}, {run.values.data(), k},
-                               {run.indices.data(), k}, s.rows, cols, k, dtype, TopkOptions{},
-                               run.workspace.get(), bytes, stream.get());
+    const Status status =
+        topk({run.x.data(), cols}, {run.values.data(), k}, {run.indices.data(), k}, s.rows, cols, k,
+             dtype, TopkOptions{}, run.workspace.get(), bytes, stream.get());
     ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
     ASSERT_TRUE(status.ok()) << status.to_string();
     // The input is uploaded after capture: the graph reads it when launched.
@@ -321,8 +324,8 @@ TEST_P(TopkDtype, BadDeviceArguments) {
   ASSERT_GT(bytes, 0u);
   DeviceBuffer workspace;
   ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
-  Status s = topk({x.data(), 100000}, {values.data(), 8}, {indices.data(), 8}, 4, 100000, 8,
-                  dtype, TopkOptions{}, workspace.get(), bytes - 1, nullptr);
+  Status s = topk({x.data(), 100000}, {values.data(), 8}, {indices.data(), 8}, 4, 100000, 8, dtype,
+                  TopkOptions{}, workspace.get(), bytes - 1, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kWorkspaceTooSmall) << s.to_string();
   s = topk({x.data(), 100000}, {values.data(), 8}, {indices.data(), 8}, 4, 100000, 8, dtype,
            TopkOptions{}, static_cast<char*>(workspace.get()) + 8, bytes, nullptr);

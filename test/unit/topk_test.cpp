@@ -39,16 +39,18 @@ TEST(TopkValidation, SizesAndK) {
   EXPECT_TRUE(FailsWith(Call(4, -8, 2), StatusCode::kInvalidArgument, {"topk", "cols"}));
   EXPECT_TRUE(FailsWith(Call(4, 8, 0), StatusCode::kInvalidArgument, {"topk", "k", "[1, 2048]"}));
   EXPECT_TRUE(FailsWith(Call(4, 8, -3), StatusCode::kInvalidArgument, {"topk", "k"}));
-  EXPECT_TRUE(FailsWith(Call(4, 8, 9), StatusCode::kInvalidArgument, {"topk", "k (9)", "cols (8)"}));
+  EXPECT_TRUE(
+      FailsWith(Call(4, 8, 9), StatusCode::kInvalidArgument, {"topk", "k (9)", "cols (8)"}));
   EXPECT_TRUE(FailsWith(Call(4, 100000, 2049), StatusCode::kInvalidArgument, {"topk", "2048"}));
   EXPECT_TRUE(FailsWith(Call(1, (int64_t{1} << 24) + 1, 4), StatusCode::kInvalidArgument,
                         {"topk", "cols", "2^24"}));
-  EXPECT_TRUE(FailsWith(Call(4, 0, 1), StatusCode::kInvalidArgument, {"topk", "k (1)", "cols (0)"}));
+  EXPECT_TRUE(
+      FailsWith(Call(4, 0, 1), StatusCode::kInvalidArgument, {"topk", "k (1)", "cols (0)"}));
   EXPECT_TRUE(FailsWith(Call(4, 8, 2, kDefault, kF32, kX, kV, kI, kWork, 0, 7),
                         StatusCode::kInvalidArgument, {"topk", "x", "row_stride"}));
-  EXPECT_TRUE(FailsWith(
-      topk({kX, 8}, {kV, 1}, {kI, 2}, 4, 8, 2, kF32, kDefault, nullptr, 0, nullptr),
-      StatusCode::kInvalidArgument, {"topk", "values", "row_stride"}));
+  EXPECT_TRUE(
+      FailsWith(topk({kX, 8}, {kV, 1}, {kI, 2}, 4, 8, 2, kF32, kDefault, nullptr, 0, nullptr),
+                StatusCode::kInvalidArgument, {"topk", "values", "row_stride"}));
   EXPECT_TRUE(FailsWith(Call(16, 8, 2, kDefault, kF32, kX, kV, kI, kWork, 0, int64_t{1} << 62),
                         StatusCode::kInvalidArgument, {"topk", "x", "2^63"}));
 }
@@ -66,8 +68,8 @@ TEST(TopkValidation, PointersDtypesAndWorkspace) {
                         StatusCode::kMisaligned, {"topk", "indices", "int64"}));
   EXPECT_TRUE(FailsWith(Call(4, 8, 2, kDefault, DType::kInt32), StatusCode::kUnsupportedDtype,
                         {"topk", "dtype", "int32"}));
-  EXPECT_TRUE(FailsWith(Call(4, 8, 2, {true, true, DType::kFloat32}),
-                        StatusCode::kUnsupportedDtype, {"topk", "index_dtype", "float32"}));
+  EXPECT_TRUE(FailsWith(Call(4, 8, 2, {true, true, DType::kFloat32}), StatusCode::kUnsupportedDtype,
+                        {"topk", "index_dtype", "float32"}));
   size_t bytes = 0;
   ASSERT_TRUE(topk_workspace_size(4, 100000, 16, kF32, &bytes).ok());
   EXPECT_GT(bytes, 0u);
@@ -88,8 +90,8 @@ TEST(TopkValidation, PointersDtypesAndWorkspace) {
 }
 
 TEST(TopkPlan, LevelsShrinkToOneTile) {
-  for (int64_t cols : {int64_t{1}, int64_t{16384}, int64_t{16385}, int64_t{65536},
-                       int64_t{1} << 20, kTopkMaxCols}) {
+  for (int64_t cols : {int64_t{1}, int64_t{16384}, int64_t{16385}, int64_t{65536}, int64_t{1} << 20,
+                       kTopkMaxCols}) {
     for (int64_t k : {int64_t{1}, int64_t{64}, int64_t{1024}, int64_t{2048}}) {
       if (k > cols) continue;
       const detail::topk::Plan plan = detail::topk::make_plan(3, cols, k);

@@ -26,7 +26,8 @@ class TopkCase : public OpCase {
     }
     options_.largest = dim_value(config_.dims, "largest", 1) != 0;
     options_.sorted = dim_value(config_.dims, "sorted", 1) != 0;
-    options_.index_dtype = dim_value(config_.dims, "index32", 0) != 0 ? DType::kInt32 : DType::kInt64;
+    options_.index_dtype =
+        dim_value(config_.dims, "index32", 0) != 0 ? DType::kInt32 : DType::kInt64;
     shape_ = {rows, cols, cols + pad};
     size_t bytes = 0;
     Status status = topk_workspace_size(rows, cols, k_, config_.dtype, &bytes);
@@ -93,11 +94,11 @@ OpDescriptor topk_descriptor() {
              {"sorted", "1: in rank order; 0: in column order", 1},
              {"index32", "1: int32 indices; 0: int64", 0}};
   auto shape = [](int64_t rows, int64_t cols, int64_t k) {
-    return Dims{{"rows", rows}, {"cols", cols}, {"k", k}, {"pad", 0},
+    return Dims{{"rows", rows}, {"cols", cols}, {"k", k},      {"pad", 0},
                 {"largest", 1}, {"sorted", 1},  {"index32", 0}};
   };
-  op.bench_shapes = {shape(64, 65536, 64), shape(64, 65536, 1024), shape(1024, 4096, 32),
-                     shape(1, 1 << 24, 1024), shape(16384, 1024, 8), shape(4096, 32768, 2048)};
+  op.bench_shapes = {shape(64, 65536, 64),    shape(64, 65536, 1024), shape(1024, 4096, 32),
+                     shape(1, 1 << 24, 1024), shape(16384, 1024, 8),  shape(4096, 32768, 2048)};
   op.headline_shapes = {shape(64, 65536, 64), shape(64, 65536, 1024), shape(1024, 4096, 32),
                         shape(1, 1 << 24, 1024)};
   op.make_case = [](const CaseConfig& config, std::unique_ptr<OpCase>* out) {
