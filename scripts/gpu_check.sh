@@ -56,6 +56,8 @@ check_cpp() {
       rms_norm_backward fused_add_rms_norm --offsets 0 --markdown | tee -a "$log/bench.md"; then
     failed=1
   fi
+  echo >> "$log/bench.md"
+  if ! $cli bench topk --offsets 0 --markdown | tee -a "$log/bench.md"; then failed=1; fi
   echo "== jit"
   if ! python3 bench/jit_cache.py "$cli" | tee "$log/jit.md"; then failed=1; fi
   if [ -x build/gpu/bench/cudaops_bench ]; then
@@ -84,6 +86,8 @@ check_python() {
   cp "$log/overhead.log" "$log/python_overhead.md"
   PYTHONPATH=$site step rowwise-torch "$py" bench/rowwise_torch.py
   cp "$log/rowwise-torch.log" "$log/rowwise_torch.md"
+  PYTHONPATH=$site step topk-torch "$py" bench/topk_torch.py
+  cp "$log/topk-torch.log" "$log/topk_torch.md"
   if command -v compute-sanitizer > /dev/null; then
     PYTHONPATH=$site step py-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
       "$py" -m pytest test/python/test_gpu_frameworks.py -q -p no:cacheprovider -k cupy
