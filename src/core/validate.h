@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -34,6 +35,31 @@ inline Status check_pointer(const char* op, const char* name, const void* ptr, i
     text << op << ": " << name << " (" << ptr << ") must be aligned to " << size << " bytes for "
          << dtype_name(dtype);
     return Status(StatusCode::kMisaligned, text.str());
+  }
+  return Status();
+}
+
+/// A matrix of rows x width elements read or written when both are > 0: not null, aligned to the
+/// element, row_stride >= width, and its last element addressable. width_name names the width in
+/// the message ("cols", "k").
+inline Status check_matrix(const char* op, const char* name, const void* data, int64_t row_stride,
+                           int64_t rows, int64_t width, DType dtype,
+                           const char* width_name = "cols") {
+  if (rows == 0 || width == 0) return Status();
+  if (Status s = check_pointer(op, name, data, rows * width, dtype); !s.ok()) return s;
+  if (row_stride < width) {
+    std::ostringstream text;
+    text << op << ": " << name << " row_stride " << row_stride << " must be >= " << width_name
+         << " (" << width << ")";
+    return Status(StatusCode::kInvalidArgument, text.str());
+  }
+  // The last element, (rows - 1) * row_stride + width - 1, and its byte offset must fit int64.
+  const int64_t limit = std::numeric_limits<int64_t>::max() / dtype_size(dtype);
+  if (rows > 1 && (row_stride > (limit - width) / (rows - 1))) {
+    std::ostringstream text;
+    text << op << ": " << name << " spans more than 2^63 bytes (rows " << rows << ", row_stride "
+         << row_stride << ")";
+    return Status(StatusCode::kInvalidArgument, text.str());
   }
   return Status();
 }

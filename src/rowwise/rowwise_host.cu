@@ -18,28 +18,6 @@ Status check_shape(const char* op, int64_t rows, int64_t cols) {
   return check_count(op, "cols", cols);
 }
 
-Status check_matrix(const char* op, const char* name, const void* data, int64_t row_stride,
-                    int64_t rows, int64_t cols, DType dtype) {
-  if (rows == 0 || cols == 0) return Status();
-  if (Status s = check_pointer(op, name, data, rows * cols, dtype); !s.ok()) return s;
-  if (row_stride < cols) {
-    std::ostringstream text;
-    text << op << ": " << name << " row_stride " << row_stride << " must be >= cols (" << cols
-         << ")";
-    return Status(StatusCode::kInvalidArgument, text.str());
-  }
-  // The last element, (rows - 1) * row_stride + cols - 1, and its byte offset must fit int64.
-  const int64_t size = dtype_size(dtype);
-  const int64_t limit = std::numeric_limits<int64_t>::max() / size;
-  if (rows > 1 && (row_stride > (limit - cols) / (rows - 1))) {
-    std::ostringstream text;
-    text << op << ": " << name << " spans more than 2^63 bytes (rows " << rows << ", row_stride "
-         << row_stride << ")";
-    return Status(StatusCode::kInvalidArgument, text.str());
-  }
-  return Status();
-}
-
 Status check_eps(const char* op, float eps) {
   if (eps > 0.0f && std::isfinite(eps)) return Status();
   std::ostringstream text;

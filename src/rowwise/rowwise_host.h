@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/validate.h"
 #include "cudaops/dtype.h"
 #include "cudaops/rowwise.h"
 #include "cudaops/status.h"
@@ -16,10 +17,8 @@ namespace cudaops::detail::rowwise {
 /// rows >= 0 and cols >= 0.
 Status check_shape(const char* op, int64_t rows, int64_t cols);
 
-/// A matrix read or written when rows and cols are both > 0: not null, aligned to the element,
-/// row_stride >= cols, and its last element addressable.
-Status check_matrix(const char* op, const char* name, const void* data, int64_t row_stride,
-                    int64_t rows, int64_t cols, DType dtype);
+/// The matrix check shared with the other ops (core/validate.h).
+using detail::check_matrix;
 
 /// eps > 0 and finite.
 Status check_eps(const char* op, float eps);

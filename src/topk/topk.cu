@@ -79,12 +79,6 @@ struct Threshold {
   uint32_t need;
 };
 
-// hist[bin] += 1 where `valid`. (Aggregating equal bins per warp with __match_any_sync first
-// measured slower on an H100 than the contended shared-memory atomics themselves.)
-__device__ __forceinline__ void count_bin(uint32_t* hist, uint32_t bin, bool valid) {
-  if (valid) atomicAdd(&hist[bin], 1u);
-}
-
 __device__ __forceinline__ uint32_t high_bits(uint32_t key, int shift) {
   return shift >= 32 ? 0u : key >> shift;
 }
@@ -138,12 +132,9 @@ __device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k, S
       s.hist[i] = 0;
     __syncthreads();
     const uint32_t mask = (1u << bits) - 1;
-    // Warp-uniform trip count: every lane reaches count_bin.
-    const int lane = threadIdx.x % 32;
-    for (int base = threadIdx.x - lane; base < n; base += kThreads) {
-      const int i = base + lane;
-      const uint32_t key = i < n ? keys[i] : 0u;
-      count_bin(s.hist, (key >> shift) & mask, i < n && (key >> high_shift) == prefix);
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+      const uint32_t key = keys[i];
+      if ((key >> high_shift) == prefix) atomicAdd(&s.hist[(key >> shift) & mask], 1u);
     }
     __syncthreads();
     if (bits == 11) {
@@ -206,6 +197,8 @@ __device__ void compact(const uint32_t* keys, int n, Threshold th, SelectShared&
 // ---- loading a tile ---------------------------------------------------------------------------
 
 // Keys of row[0, len) into keys[], counting the histogram of their top 11 bits.
+// (Plain shared atomics: aggregating equal bins per warp with __match_any_sync measured slower
+// on an H100, see bench/RESULTS.md.)
 template <typename T>
 __device__ void load_values(const T* __restrict__ row, int len, bool largest, uint32_t* keys,
                             uint32_t* hist) {
@@ -224,9 +217,7 @@ __device__ void load_values(const T* __restrict__ row, int len, bool largest, ui
     put(i, row[i]);
   const T* body = row + head;
   const int vectors = (len - head) / V;
-  const int lane = threadIdx.x % 32;
-  // Warp-uniform trip count: every lane reaches count_bin.
-  for (int v0 = threadIdx.x; v0 - lane < vectors; v0 += kThreads * kUnroll) {
+  for (int v0 = threadIdx.x; v0 < vectors; v0 += kThreads * kUnroll) {
     Vec<T, V> x[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -236,15 +227,13 @@ __device__ void load_values(const T* __restrict__ row, int len, bool largest, ui
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int v = v0 + u * kThreads;
-      if (v0 + u * kThreads - lane >= vectors) break;  // warp-uniform
-      const bool valid = v < vectors;
-      uint32_t k[V];
+      if (v < vectors) {
+        uint32_t k[V];
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        k[j] = valid ? encode(to_float(x[u].v[j]), largest) : 0u;
-        count_bin(hist, k[j] >> 21, valid);
-      }
-      if (valid) {
+        for (int j = 0; j < V; ++j) {
+          k[j] = encode(to_float(x[u].v[j]), largest);
+          atomicAdd(&hist[k[j] >> 21], 1u);
+        }
         uint32_t* out = keys + head + v * V;
         if (wide_stores) {
 #pragma unroll
@@ -267,8 +256,7 @@ __device__ void load_pairs(const uint32_t* __restrict__ in_keys,
                            const uint32_t* __restrict__ in_columns, int len, uint32_t* keys,
                            uint32_t* columns, uint32_t* hist) {
   constexpr int kUnroll = 4;
-  const int lane = threadIdx.x % 32;
-  for (int i0 = threadIdx.x; i0 - lane < len; i0 += kThreads * kUnroll) {
+  for (int i0 = threadIdx.x; i0 < len; i0 += kThreads * kUnroll) {
     uint32_t k[kUnroll], c[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -281,11 +269,10 @@ __device__ void load_pairs(const uint32_t* __restrict__ in_keys,
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = i0 + u * kThreads;
-      if (i - lane >= len) break;  // warp-uniform
-      count_bin(hist, i < len ? k[u] >> 21 : 0u, i < len);
       if (i < len) {
         keys[i] = k[u];
         columns[i] = c[u];
+        atomicAdd(&hist[k[u] >> 21], 1u);
       }
     }
   }
@@ -485,10 +472,9 @@ Status launch_final(const char* op, const Source<T>& source, const Sink<T>& sink
 
 }  // namespace
 
-Status run(const char* op, ConstMatrixRef x, MatrixRef values, MatrixRef indices, int64_t rows,
-           int64_t cols, int64_t k, DType dtype, const TopkOptions& options, void* workspace,
+Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values, MatrixRef indices,
+           int64_t rows, DType dtype, const TopkOptions& options, void* workspace,
            cudaStream_t stream) {
-  const Plan plan = make_plan(rows, cols, k);
   return dispatch_float(op, dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
     Sink<T> final_sink;

@@ -1,5 +1,4 @@
 // The public top-k entry points: every argument is checked before anything is launched.
-#include <limits>
 #include <sstream>
 
 #include "core/validate.h"
@@ -31,26 +30,6 @@ Status check_sizes(int64_t rows, int64_t cols, int64_t k) {
   return Status();
 }
 
-// A matrix of rows x width elements of dtype at data with row_stride.
-Status check_matrix(const char* name, const void* data, int64_t row_stride, int64_t rows,
-                    int64_t width, DType dtype) {
-  if (rows == 0 || width == 0) return Status();
-  if (Status s = detail::check_pointer(kOp, name, data, rows * width, dtype); !s.ok()) return s;
-  if (row_stride < width) {
-    std::ostringstream text;
-    text << name << " row_stride " << row_stride << " must be >= " << width;
-    return invalid(text.str());
-  }
-  const int64_t limit = std::numeric_limits<int64_t>::max() / dtype_size(dtype);
-  if (rows > 1 && row_stride > (limit - width) / (rows - 1)) {
-    std::ostringstream text;
-    text << name << " spans more than 2^63 bytes (rows " << rows << ", row_stride " << row_stride
-         << ")";
-    return invalid(text.str());
-  }
-  return Status();
-}
-
 }  // namespace
 
 Status topk_workspace_size(int64_t rows, int64_t cols, int64_t k, DType dtype, size_t* bytes) {
@@ -72,17 +51,23 @@ Status topk(ConstMatrixRef x, MatrixRef values, MatrixRef indices, int64_t rows,
          << static_cast<int>(options.index_dtype) << ") is not supported; expected int64 or int32";
     return Status(StatusCode::kUnsupportedDtype, text.str());
   }
-  if (Status s = check_matrix("x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
-  if (Status s = check_matrix("values", values.data, values.row_stride, rows, k, dtype); !s.ok()) {
+  using detail::check_matrix;
+  if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) {
     return s;
   }
-  if (Status s =
-          check_matrix("indices", indices.data, indices.row_stride, rows, k, options.index_dtype);
+  if (Status s = check_matrix(kOp, "values", values.data, values.row_stride, rows, k, dtype, "k");
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = check_matrix(kOp, "indices", indices.data, indices.row_stride, rows, k,
+                              options.index_dtype, "k");
       !s.ok()) {
     return s;
   }
   if (rows == 0) return Status();
-  const size_t needed = detail::topk::make_plan(rows, cols, k).workspace_bytes;
+  // Planned once: the launches follow the same plan.
+  const detail::topk::Plan plan = detail::topk::make_plan(rows, cols, k);
+  const size_t needed = plan.workspace_bytes;
   if (needed > 0) {
     if (workspace_bytes < needed) {
       std::ostringstream text;
@@ -98,7 +83,7 @@ Status topk(ConstMatrixRef x, MatrixRef values, MatrixRef indices, int64_t rows,
       return Status(StatusCode::kMisaligned, text.str());
     }
   }
-  return detail::topk::run(kOp, x, values, indices, rows, cols, k, dtype, options, d_workspace,
+  return detail::topk::run(kOp, plan, x, values, indices, rows, dtype, options, d_workspace,
                            stream);
 }
 

@@ -78,8 +78,9 @@ inline Plan make_plan(int64_t rows, int64_t cols, int64_t k) {
   return plan;
 }
 
-Status run(const char* op, ConstMatrixRef x, MatrixRef values, MatrixRef indices, int64_t rows,
-           int64_t cols, int64_t k, DType dtype, const TopkOptions& options, void* workspace,
+/// Launches the levels of `plan` (made for rows, cols and k of this call).
+Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values, MatrixRef indices,
+           int64_t rows, DType dtype, const TopkOptions& options, void* workspace,
            cudaStream_t stream);
 
 }  // namespace cudaops::detail::topk

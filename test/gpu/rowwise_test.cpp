@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "harness/registry.h"
 #include "reference/compare.h"
 #include "reference/rowwise.h"
+#include "support/check_descriptor.h"
 #include "support/device_fill.h"
 
 namespace cudaops {
@@ -49,21 +51,14 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
 }
 
 ::testing::AssertionResult CheckCase(const Case& c, cudaStream_t stream) {
-  const harness::OpDescriptor* op = harness::find_op(c.op);
-  if (op == nullptr) return ::testing::AssertionFailure() << "no descriptor " << c.op;
   harness::CaseConfig config;
   config.dtype = c.dtype;
   config.dims = {{"rows", c.rows}, {"cols", c.cols}, {"pad", c.pad}};
   config.seed = static_cast<uint64_t>(c.rows * 31 + c.cols * 7 + c.pad + c.offset * 3 + 1);
   config.offset = c.offset;
-  std::unique_ptr<harness::OpCase> op_case;
-  Status status = op->make_case(config, &op_case);
-  if (!status.ok()) return ::testing::AssertionFailure() << c << ": " << status.to_string();
-  ref::CompareResult result;
-  status = op_case->check(stream, &result);
-  if (!status.ok()) return ::testing::AssertionFailure() << c << ": " << status.to_string();
-  if (!result.ok()) return ::testing::AssertionFailure() << c << ": " << result.describe();
-  return ::testing::AssertionSuccess();
+  std::ostringstream what;
+  what << c;
+  return testing::CheckDescriptorCase(c.op, config, stream, what.str());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "harness/registry.h"
 #include "reference/compare.h"
 #include "reference/topk.h"
+#include "support/check_descriptor.h"
 #include "support/device_fill.h"
 
 namespace cudaops {
@@ -46,8 +48,6 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
 }
 
 ::testing::AssertionResult CheckCase(const Case& c) {
-  const harness::OpDescriptor* op = harness::find_op("topk");
-  if (op == nullptr) return ::testing::AssertionFailure() << "no descriptor topk";
   harness::CaseConfig config;
   config.dtype = c.dtype;
   config.dims = {{"rows", c.rows},      {"cols", c.cols},       {"k", c.k},
@@ -55,14 +55,9 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
                  {"index32", c.index32}};
   config.seed = static_cast<uint64_t>(c.rows * 31 + c.cols * 7 + c.k * 13 + c.offset + 1);
   config.offset = c.offset;
-  std::unique_ptr<harness::OpCase> op_case;
-  Status status = op->make_case(config, &op_case);
-  if (!status.ok()) return ::testing::AssertionFailure() << c << ": " << status.to_string();
-  ref::CompareResult result;
-  status = op_case->check(nullptr, &result);
-  if (!status.ok()) return ::testing::AssertionFailure() << c << ": " << status.to_string();
-  if (!result.ok()) return ::testing::AssertionFailure() << c << ": " << result.describe();
-  return ::testing::AssertionSuccess();
+  std::ostringstream what;
+  what << c;
+  return testing::CheckDescriptorCase("topk", config, nullptr, what.str());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -105,8 +105,12 @@ TEST(TopkPlan, LevelsShrinkToOneTile) {
         EXPECT_LE(level.tile, cap);
         EXPECT_GE(int64_t{level.tile} * level.tiles, level.n);
         EXPECT_LT(int64_t{level.tile} * (level.tiles - 1), level.n);  // no empty tile
-        if (level.tiles > 1) EXPECT_EQ(level.tile % 8, 0);
-        if (i > 0) EXPECT_EQ(level.n, int64_t{plan.levels[i - 1].tiles} * k);
+        if (level.tiles > 1) {
+          EXPECT_EQ(level.tile % 8, 0);
+        }
+        if (i > 0) {
+          EXPECT_EQ(level.n, int64_t{plan.levels[i - 1].tiles} * k);
+        }
       }
       EXPECT_EQ(plan.workspace_bytes == 0, plan.levels.size() == 1);
     }
