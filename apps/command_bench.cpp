@@ -1,5 +1,9 @@
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -7,6 +11,7 @@
 #include "commands.h"
 #include "common.h"
 #include "harness/cuda_util.h"
+#include "harness/svg_chart.h"
 
 namespace cudaops::cli {
 namespace {
@@ -18,8 +23,80 @@ struct BenchOptions {
   bool all_sizes = false;
   bool check = false;
   bool markdown = false;
+  bool progress = true;
+  std::string svg;
   TimingOptions timing;
 };
+
+// Progress on stderr once a run has taken a few seconds: on a terminal one line rewritten in
+// place (cleared before each result row), elsewhere a line every 15 seconds at most.
+class Progress {
+ public:
+  Progress(int total, bool enabled)
+      : total_(total), enabled_(enabled), tty_(isatty(STDERR_FILENO) != 0), start_(Clock::now()) {}
+
+  void begin_case(int index, const std::string& what) {
+    if (!enabled_) return;
+    const double elapsed = seconds(start_);
+    if (elapsed < kQuietSeconds) return;
+    if (!tty_ && shown_ && seconds(last_) < kLogEverySeconds) return;
+    std::string eta;
+    if (index > 0) {
+      const double left = elapsed / index * (total_ - index);
+      eta = ", about " + std::to_string(static_cast<long long>(left + 0.5)) + " s left";
+    }
+    std::fprintf(stderr, "%s[%d/%d] %s (%lld s%s)%s", tty_ ? "\r\033[K" : "", index + 1, total_,
+                 what.c_str(), static_cast<long long>(elapsed), eta.c_str(), tty_ ? "" : "\n");
+    std::fflush(stderr);
+    shown_ = true;
+    line_open_ = tty_;
+    last_ = Clock::now();
+  }
+
+  /// Before anything is printed to stdout: a terminal shows both streams on one screen.
+  void clear() {
+    if (!line_open_) return;
+    std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+    line_open_ = false;
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr double kQuietSeconds = 3.0;
+  static constexpr double kLogEverySeconds = 15.0;
+  static double seconds(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  }
+  int total_;
+  bool enabled_;
+  bool tty_;
+  bool shown_ = false;
+  bool line_open_ = false;
+  Clock::time_point start_;
+  Clock::time_point last_;
+};
+
+std::string case_label(const CaseReport& r) {
+  std::string label = std::string(dtype_name(r.dtype)) + " " + harness::format_dims(r.dims);
+  if (r.offset != 0) label += " +" + std::to_string(r.offset);
+  return label;
+}
+
+Status write_svg(const std::string& path, const std::vector<CaseReport>& reports,
+                 double copy_gbps, const std::string& device) {
+  std::vector<harness::ChartBar> bars;
+  for (const CaseReport& r : reports) bars.push_back({r.op, case_label(r), r.gbps});
+  const std::string svg = harness::bar_chart_svg(
+      "libcudaops: achieved bandwidth on " + device, "GB/s", bars, copy_gbps, "copy");
+  std::ofstream out(path, std::ios::binary);
+  out << svg;
+  out.close();
+  if (!out) {
+    return Status(StatusCode::kInvalidArgument, "--svg: cannot write '" + path + "'");
+  }
+  return Status();
+}
 
 void print_row(const CaseReport& r, bool markdown) {
   const std::string check = !r.checked ? "-" : (r.check.ok() ? "ok" : "FAILED");
@@ -56,6 +133,9 @@ int execute(BenchOptions& options) {
     wanted_dtypes.push_back(dtype);
   }
 
+  if (!options.svg.empty() && !std::ofstream(options.svg, std::ios::app)) {
+    throw UsageError{"--svg: cannot write '" + options.svg + "'"};
+  }
   if (!select_device(options.timing.device, options.timing.json)) return kExitNoGpu;
 
   harness::Stream stream;
@@ -84,39 +164,60 @@ int execute(BenchOptions& options) {
                 "time (us)", "GB/s", "of copy", "check");
   }
 
-  bool all_ok = true;
+  struct Planned {
+    const harness::OpDescriptor* op;
+    harness::CaseConfig config;
+  };
+  std::vector<Planned> plan;
   for (const harness::OpDescriptor* op : ops) {
-    std::vector<DType> dtypes;
-    for (DType dtype : op->dtypes) {
-      if (wanted_dtypes.empty() ||
-          std::find(wanted_dtypes.begin(), wanted_dtypes.end(), dtype) != wanted_dtypes.end()) {
-        dtypes.push_back(dtype);
-      }
-    }
     const auto& shapes = options.all_sizes ? op->bench_shapes : op->headline_shapes;
-    for (DType dtype : dtypes) {
+    for (DType dtype : op->dtypes) {
+      if (!wanted_dtypes.empty() &&
+          std::find(wanted_dtypes.begin(), wanted_dtypes.end(), dtype) == wanted_dtypes.end()) {
+        continue;
+      }
       for (const harness::Dims& dims : shapes) {
         for (int64_t offset : options.offsets) {
-          harness::CaseConfig config{dtype, dims, options.timing.seed, offset};
-          CaseReport report;
-          status = measure_case(*op, config, options.timing, options.check, copy_gbps, stream.get(),
-                                &report);
-          if (!status.ok()) {
-            return report_failure(status, (op->name + " " + harness::format_dims(dims)).c_str());
-          }
-          all_ok = all_ok && (!report.checked || report.check.ok());
-          if (options.timing.json) {
-            write_report_json(w, report);
-          } else {
-            print_row(report, options.markdown);
-          }
+          plan.push_back({op, harness::CaseConfig{dtype, dims, options.timing.seed, offset}});
         }
       }
     }
   }
+
+  bool all_ok = true;
+  std::vector<CaseReport> reports;
+  Progress progress(static_cast<int>(plan.size()), options.progress);
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Planned& p = plan[i];
+    progress.begin_case(static_cast<int>(i), p.op->name + " " + dtype_name(p.config.dtype) + " " +
+                                                 harness::format_dims(p.config.dims));
+    CaseReport report;
+    status = measure_case(*p.op, p.config, options.timing, options.check, copy_gbps,
+                          stream.get(), &report);
+    progress.clear();
+    if (!status.ok()) {
+      return report_failure(status,
+                            (p.op->name + " " + harness::format_dims(p.config.dims)).c_str());
+    }
+    all_ok = all_ok && (!report.checked || report.check.ok());
+    if (options.timing.json) {
+      write_report_json(w, report);
+    } else {
+      print_row(report, options.markdown);
+    }
+    reports.push_back(report);
+  }
   if (options.timing.json) {
     w.end_array().end_object();
     std::printf("%s\n", w.str().c_str());
+  }
+  if (!options.svg.empty()) {
+    cudaDeviceProp prop{};
+    std::string device = "device " + std::to_string(options.timing.device);
+    if (cudaGetDeviceProperties(&prop, options.timing.device) == cudaSuccess) device = prop.name;
+    status = write_svg(options.svg, reports, copy_gbps, device);
+    if (!status.ok()) return report_failure(status, "writing the chart");
+    std::fprintf(stderr, "cudaops: wrote %s (%zu bars)\n", options.svg.c_str(), reports.size());
   }
   return all_ok ? kExitOk : kExitCheckFailed;
 }
@@ -137,6 +238,11 @@ Command add_bench_command(CLI::App& app) {
   parser->add_flag("--all-sizes", options->all_sizes, "the whole size sweep of each op");
   parser->add_flag("--check", options->check, "also check every case against the reference");
   parser->add_flag("--markdown", options->markdown, "print the table as Markdown");
+  parser->add_option("--svg", options->svg,
+                     "also write a bar chart of each case's bandwidth against the copy "
+                     "bandwidth to this SVG file");
+  parser->add_flag("!--no-progress", options->progress,
+                   "no progress line on stderr (shown once a run takes more than 3 seconds)");
   add_timing_options(parser, &options->timing);
   return {parser, [options]() { return execute(*options); }};
 }

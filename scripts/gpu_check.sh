@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check: run from a clean checkout on a machine with an NVIDIA GPU.
-#   scripts/gpu_check.sh [--only cpp|python] [LOG_DIR]
+#   scripts/gpu_check.sh [--only cpp|python|debug] [LOG_DIR]
 # C++: configures and builds the `gpu` preset with every core, runs every test (GPU tests and the
 # compute-sanitizer memcheck runs included), prints the bench table against the measured copy
 # bandwidth and runs the Google Benchmark sweep.
@@ -9,6 +9,8 @@
 # (torch, CuPy, JAX and Numba parts each skipped when not importable), the per-call overhead
 # bench, the row-wise ops next to torch eager and torch.compile, and the CuPy part of the suite
 # under compute-sanitizer memcheck.
+# Debug (not part of the default run): builds the `debug` preset with the Python module, runs the
+# GPU tests in it, and runs every cuda-gdb session of docs/debugging.md, checking what each shows.
 # Everything is written under LOG_DIR (default build/gpu-check), with RESULTS.md, the section to
 # record in bench/RESULTS.md. Exit status: non-zero if any step failed. Set CUDAOPS_COMMIT when the
 # tree carries no .git (the commit is then read from it); PYTHON picks the interpreter.
@@ -41,19 +43,28 @@ check_cpp() {
   step configure cmake --preset gpu || return 1
   step build cmake --build --preset gpu -j "$(nproc)" || return 1
   # --output-log keeps every test's own output (which cases ran, which were skipped and why).
-  step ctest ctest --preset gpu -j 4 --timeout 1200 --output-log "$log/ctest-output.log"
+  # The sanitizer runs share the GPU; the plain GPU tests take it one at a time (RESOURCE_LOCK).
+  step ctest ctest --preset gpu -j "$(nproc)" --timeout 1500 --output-log "$log/ctest-output.log"
   grep -E "tests passed|Skipped|Failed|\(Failed\)|Not Run" "$log/ctest.log" | head -20
 
+  [ -f build/gpu/listings/resources.md ] && cp build/gpu/listings/resources.md "$log/listings.md"
   local cli=build/gpu/apps/cudaops
   $cli info | tee "$log/info.txt"
+  if ! $cli info --cold-start | sed -n '/^cold start/,$p' | tee "$log/cold-start.txt"; then
+    failed=1
+  fi
   echo "== bench"
   # Elementwise: every dtype, aligned and misaligned, checked. Row-wise: every dtype at the
   # standard shapes (checked by the GPU tests; a host reference of 2^27 elements per case would
   # take minutes).
-  if ! $cli bench add add_scalar --check --markdown | tee "$log/bench.md"; then failed=1; fi
+  if ! $cli bench add add_scalar --check --markdown --svg "$log/bench-elementwise.svg" |
+    tee "$log/bench.md"; then
+    failed=1
+  fi
   echo >> "$log/bench.md"
   if ! $cli bench softmax softmax_backward layer_norm layer_norm_backward rms_norm \
-      rms_norm_backward fused_add_rms_norm --offsets 0 --markdown | tee -a "$log/bench.md"; then
+      rms_norm_backward fused_add_rms_norm --offsets 0 --markdown \
+      --svg "$log/bench-rowwise.svg" | tee -a "$log/bench.md"; then
     failed=1
   fi
   echo >> "$log/bench.md"
@@ -94,11 +105,66 @@ check_python() {
   fi
 }
 
+# expect NAME REGEX COMMAND...: a step whose log must also match REGEX (grep -E).
+expect() {
+  local name=$1 regex=$2
+  shift 2
+  step "$name" "$@" || return 1
+  if ! grep -Eq "$regex" "$log/$name.log"; then
+    echo "!! $name: the log does not show /$regex/"
+    failed=1
+    return 1
+  fi
+}
+
+check_debug() {
+  local py=${PYTHON:-python3}
+  local pybind_dir
+  pybind_dir=$("$py" -m pybind11 --cmakedir 2>/dev/null)
+  step debug-configure cmake --preset debug -DCUDAOPS_BUILD_PYTHON=ON \
+    -DPython_EXECUTABLE="$(command -v "$py")" ${pybind_dir:+-Dpybind11_DIR=$pybind_dir} || return 1
+  step debug-build cmake --build --preset debug -j "$(nproc)" || return 1
+  step debug-ctest ctest --preset debug -L gpu -LE sanitizer --timeout 1800 \
+    --output-log "$log/debug-ctest-output.log"
+  grep -E "tests passed|Failed|\(Failed\)" "$log/debug-ctest.log" | head -5
+  command -v cuda-gdb > /dev/null || { echo "!! cuda-gdb not found"; failed=1; return 1; }
+  # The guide's sessions: each must stop in our kernel and show its state.
+  expect debug-gdb-cli "CUDA thread hit Breakpoint 1.*elementwise_vec_kernel" \
+    cuda-gdb -batch -x docs/debugging/cli_kernel.gdb \
+    --args build/debug/apps/cudaops run add --n 4099 --iters 1 --warmup 0
+  grep -E "hit Breakpoint|Switching focus|^\\$[0-9]+ =" "$log/debug-gdb-cli.log" | head -6
+  expect debug-gdb-test "CUDA thread hit Breakpoint 1.*topk_tile_kernel" \
+    cuda-gdb -batch -x docs/debugging/test_kernel.gdb \
+    --args build/debug/test/cudaops_gpu_topk_tests \
+    --gtest_filter=All/TopkShapes.MatchesReference/8
+  grep -E "hit Breakpoint|Switching focus|^\\$[0-9]+ =" "$log/debug-gdb-test.log" | head -6
+  PYTHONPATH=$root/build/debug/bindings/python "$py" docs/debugging/python_loop.py 120 \
+    > "$log/debug-python-loop.log" 2>&1 &
+  local loop=$!
+  local pid=""
+  for _ in $(seq 100); do
+    pid=$(head -1 "$log/debug-python-loop.log" 2>/dev/null | grep -E "^[0-9]+$")
+    [ -n "$pid" ] && break
+    sleep 0.2
+  done
+  if [ -n "$pid" ]; then
+    expect debug-gdb-python "Switching focus to CUDA kernel|softmax" \
+      cuda-gdb -batch -x docs/debugging/python_attach.gdb -p "$pid"
+    grep -E "Switching focus|softmax|Detaching" "$log/debug-gdb-python.log" | head -5
+  else
+    echo "!! the Python loop did not start (see debug-python-loop.log)"
+    failed=1
+  fi
+  kill "$loop" 2> /dev/null
+  wait "$loop" 2> /dev/null
+}
+
 case $only in
   all) check_cpp || failed=1; check_python || failed=1 ;;
   cpp) check_cpp || failed=1 ;;
   python) check_python || failed=1 ;;
-  *) echo "--only takes cpp or python" >&2; exit 2 ;;
+  debug) check_debug || failed=1 ;;
+  *) echo "--only takes cpp, python or debug" >&2; exit 2 ;;
 esac
 if [ ! -f "$log/info.txt" ] && command -v nvidia-smi > /dev/null; then
   echo "device 0: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > "$log/info.txt"
@@ -115,6 +181,12 @@ device=$(sed -n 's/^device 0: //p' "$log/info.txt")
     cat "$log/bench.md"
     echo
     cat "$log/jit.md" 2>/dev/null
+    echo
+    echo '```'
+    sed -n '/kernel family/,$p' "$log/info.txt"
+    cat "$log/cold-start.txt" 2>/dev/null
+    echo '```'
+
   fi
   if [ -f "$log/pytest.log" ]; then
     echo

@@ -4,6 +4,7 @@
 #include "cudaops/dtype.h"
 #include "cudaops/elementwise.h"
 #include "cudaops/jit.h"
+#include "cudaops/kernels.h"
 #include "cudaops/rowwise.h"
 #include "cudaops/status.h"
 #include "cudaops/stream.h"

@@ -1,6 +1,7 @@
 #include "cudaops/elementwise.h"
 
 #include "core/dispatch.cuh"
+#include "core/kernel_families.h"
 #include "core/validate.h"
 #include "elementwise/elementwise_kernel.cuh"
 
@@ -17,6 +18,12 @@ struct AddScalarOp {
 };
 
 }  // namespace
+
+namespace detail {
+const void* elementwise_family_kernel() {
+  return reinterpret_cast<const void*>(elementwise_vec_kernel<float, 2, AddOp>);
+}
+}  // namespace detail
 
 Status add(const void* d_a, const void* d_b, void* d_out, int64_t num_items, DType dtype,
            cudaStream_t stream) {

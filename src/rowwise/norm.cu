@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "core/dispatch.cuh"
+#include "core/kernel_families.h"
 #include "core/launch.h"
 #include "core/validate.h"
 #include "cudaops/rowwise.h"
@@ -607,6 +608,10 @@ Status launch_backward(const char* op, const NormBackwardArgs<void>& untyped, vo
 }
 
 }  // namespace
+
+const void* norm_family_kernel() {
+  return reinterpret_cast<const void*>(norm_streamed<Norm::kRms, float, kVec16<float>>);
+}
 }  // namespace detail::rowwise
 
 using namespace detail::rowwise;  // NOLINT(google-build-using-namespace): this file's kernels

@@ -1,5 +1,7 @@
 #include "rowwise/rowwise_host.h"
 
+#include "core/kernel_families.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -126,6 +128,10 @@ Status launch_reduce_partials(const char* op, const float* partials, int64_t uni
         static_cast<T*>(accumulators > 1 ? outputs[1] : outputs[0]));
     return check_launch(op, stream);
   });
+}
+
+const void* reduce_family_kernel() {
+  return reinterpret_cast<const void*>(reduce_partials_kernel<float>);
 }
 
 }  // namespace cudaops::detail::rowwise

@@ -1,5 +1,6 @@
 // softmax and softmax_backward along the last axis.
 #include "core/dispatch.cuh"
+#include "core/kernel_families.h"
 #include "core/launch.h"
 #include "core/validate.h"
 #include "cudaops/rowwise.h"
@@ -177,6 +178,10 @@ __global__ void __launch_bounds__(1024)
 }
 
 }  // namespace
+
+const void* softmax_family_kernel() {
+  return reinterpret_cast<const void*>(softmax_streamed<float, kVec16<float>>);
+}
 }  // namespace detail::rowwise
 
 using namespace detail::rowwise;  // NOLINT(google-build-using-namespace): this file's kernels

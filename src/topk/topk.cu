@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/dispatch.cuh"
+#include "core/kernel_families.h"
 #include "core/launch.h"
 #include "core/numeric.cuh"
 #include "core/validate.h"
@@ -510,6 +511,10 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
     }
     return Status();
   });
+}
+
+const void* topk_family_kernel() {
+  return reinterpret_cast<const void*>(topk_tile_kernel<float, false, true, true>);
 }
 
 }  // namespace detail::topk
