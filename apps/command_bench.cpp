@@ -133,8 +133,12 @@ int execute(BenchOptions& options) {
     wanted_dtypes.push_back(dtype);
   }
 
-  if (!options.svg.empty() && !std::ofstream(options.svg, std::ios::app)) {
-    throw UsageError{"--svg: cannot write '" + options.svg + "'"};
+  if (!options.svg.empty()) {  // fail before the run, not after it; leave no empty file
+    const bool existed = access(options.svg.c_str(), F_OK) == 0;
+    if (!std::ofstream(options.svg, std::ios::app)) {
+      throw UsageError{"--svg: cannot write '" + options.svg + "'"};
+    }
+    if (!existed) std::remove(options.svg.c_str());
   }
   if (!select_device(options.timing.device, options.timing.json)) return kExitNoGpu;
 

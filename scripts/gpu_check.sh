@@ -138,6 +138,18 @@ check_debug() {
     --args build/debug/test/cudaops_gpu_topk_tests \
     --gtest_filter=All/TopkShapes.MatchesReference/8
   grep -E "hit Breakpoint|Switching focus|^\\$[0-9]+ =" "$log/debug-gdb-test.log" | head -6
+  # The guide's sanitizer and launch-blocking commands.
+  local cli=build/debug/apps/cudaops
+  expect debug-memcheck "ERROR SUMMARY: 0 errors" compute-sanitizer --tool memcheck \
+    --leak-check full $cli run softmax --rows 7 --cols 199 --check --iters 2 --warmup 1
+  expect debug-racecheck "ERROR SUMMARY: 0 errors" compute-sanitizer --tool racecheck \
+    build/debug/test/cudaops_gpu_topk_tests --gtest_filter='All/TopkShapes.MatchesReference/1*'
+  expect debug-initcheck "ERROR SUMMARY: 0 errors" compute-sanitizer --tool initcheck \
+    $cli run layer_norm --rows 5 --cols 1000 --check --iters 2 --warmup 1
+  PYTHONPATH=$root/build/debug/bindings/python expect debug-synccheck "ERROR SUMMARY: 0 errors" \
+    compute-sanitizer --tool synccheck "$py" -m pytest test/python/test_topk.py -q \
+    -p no:cacheprovider
+  CUDA_LAUNCH_BLOCKING=1 expect debug-launch-blocking "check: ok" $cli run add --n 1000 --check
   PYTHONPATH=$root/build/debug/bindings/python "$py" docs/debugging/python_loop.py 120 \
     > "$log/debug-python-loop.log" 2>&1 &
   local loop=$!

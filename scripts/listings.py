@@ -39,7 +39,7 @@ import sys
 
 # Kernels that may spill: (regex on the demangled name, why).
 SPILL_ALLOWED = [
-    (r"norm_backward_streamed<true, float, 4>",
+    (r"norm_backward_streamed<(true|\(bool\)1), float, (\(int\))?4>",
      "layer-norm backward over rows too wide to cache, float32: 1024 threads per block cap it at "
      "64 registers, and it keeps 8 bytes of loop state in local memory, which stays in L1; the "
      "kernel is bound by its three global streams"),
@@ -54,7 +54,7 @@ NARROW_ALLOWED = [
      "the fallback for operands whose addresses differ modulo 16 bytes: no common vector "
      "alignment exists, so it reads one element per load (the vector kernel serves every "
      "other case)"),
-    (r"_streamed<.*?, 1>\(",
+    (r"_streamed<.*?, (\(int\))?1>\(",
      "the row-wise fallback for rows whose address or stride is not a multiple of 16 bytes: "
      "it reads one element per load; aligned rows run the 16-byte instantiation"),
     (r"reduce_partials_kernel",
@@ -84,7 +84,8 @@ def find_tool(name, nvcc):
 def demangle(names):
     if not names:
         return {}
-    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+    # c++filt first: the allowance patterns below are written in its spelling.
+    tool = shutil.which("c++filt") or shutil.which("cu++filt")
     if not tool:
         return {n: n for n in names}
     out = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True,
@@ -199,10 +200,12 @@ def write_one(directory, source, args, out_dir, cuobjdump):
         shutil.copy(ptx, os.path.join(dest, arch + ".ptx"))
     sass = {}
     for cubin in glob.glob(os.path.join(keep, "*.cubin")):
-        m = re.search(r"sm_\w+?(?=\.|$)", os.path.basename(cubin))
-        arch = m.group(0) if m else os.path.basename(cubin)
         text = subprocess.run([cuobjdump, "-sass", cubin], capture_output=True, text=True,
                               check=True).stdout
+        # The architecture as the cubin states it (a build for one architecture names its
+        # cubin without it).
+        m = re.search(r"code for (sm_\w+)", text) or re.search(r"sm_\w+?(?=\.|$)", cubin)
+        arch = m.group(1 if m.re.groups else 0) if m else os.path.basename(cubin)
         with open(os.path.join(dest, arch + ".sass"), "w") as f:
             f.write(text)
         sass[arch] = parse_sass(text)

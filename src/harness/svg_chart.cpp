@@ -1,6 +1,7 @@
 #include "harness/svg_chart.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -42,9 +43,23 @@ std::string bar_chart_svg(const std::string& title, const std::string& unit,
   const double width = kLabelWidth + kPlotWidth + kRight;
   const double plot_height = static_cast<double>(bars.size()) * (kBarHeight + kGap);
   const double height = kTop + plot_height + kBottom;
-  double top = reference;
-  for (const ChartBar& bar : bars) top = std::max(top, bar.value);
-  top = top > 0 ? top * 1.05 : 1.0;
+  double largest = reference;
+  for (const ChartBar& bar : bars) largest = std::max(largest, bar.value);
+  // Round ticks: a step of 1, 2, 2.5 or 5 times a power of ten giving at most eight of them.
+  double step = 1.0;
+  if (largest > 0) {
+    const double raw = largest * 1.05 / 8;
+    const double power = std::pow(10.0, std::floor(std::log10(raw)));
+    step = power * 10;
+    for (double m : {1.0, 2.0, 2.5, 5.0}) {
+      if (m * power >= raw) {
+        step = m * power;
+        break;
+      }
+    }
+  }
+  const int ticks = largest > 0 ? static_cast<int>(std::ceil(largest * 1.05 / step)) : 1;
+  const double top = step * ticks;
   const auto x_of = [&](double v) { return kLabelWidth + kPlotWidth * std::max(v, 0.0) / top; };
 
   std::map<std::string, const char*> colours;
@@ -62,9 +77,8 @@ std::string bar_chart_svg(const std::string& title, const std::string& unit,
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg += "<text x=\"12\" y=\"24\" font-size=\"16\" font-weight=\"bold\">" + escape(title) +
          "</text>\n";
-  // Axis ticks: five steps of the value axis.
-  for (int i = 0; i <= 5; ++i) {
-    const double v = top * i / 5;
+  for (int i = 0; i <= ticks; ++i) {
+    const double v = step * i;
     const double x = x_of(v);
     svg += "<line x1=\"" + number(x, 1) + "\" y1=\"" + number(kTop - 6, 1) + "\" x2=\"" +
            number(x, 1) + "\" y2=\"" + number(kTop + plot_height, 1) +
@@ -75,6 +89,15 @@ std::string bar_chart_svg(const std::string& title, const std::string& unit,
   svg += "<text x=\"" + number(kLabelWidth + kPlotWidth / 2, 1) + "\" y=\"" +
          number(height - 8, 1) + "\" text-anchor=\"middle\" fill=\"#555\">" + escape(unit) +
          "</text>\n";
+  if (reference > 0) {
+    const double x = x_of(reference);
+    svg += "<line x1=\"" + number(x, 1) + "\" y1=\"" + number(kTop - 12, 1) + "\" x2=\"" +
+           number(x, 1) + "\" y2=\"" + number(kTop + plot_height, 1) +
+           "\" stroke=\"#d00\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"/>\n";
+    svg += "<text x=\"" + number(x, 1) + "\" y=\"" + number(kTop - 16, 1) +
+           "\" text-anchor=\"middle\" fill=\"#d00\">" + escape(reference_label) + " " +
+           number(reference, 0) + " " + escape(unit) + "</text>\n";
+  }
   for (size_t i = 0; i < bars.size(); ++i) {
     const ChartBar& bar = bars[i];
     const double y = kTop + static_cast<double>(i) * (kBarHeight + kGap);
@@ -90,15 +113,6 @@ std::string bar_chart_svg(const std::string& title, const std::string& unit,
     svg += "<text x=\"" + number(x_of(bar.value) + 6, 1) + "\" y=\"" +
            number(y + kBarHeight - 4, 1) + "\">" + number(bar.value, 0) + " (" +
            number(pct, 1) + "%)</text></g>\n";
-  }
-  if (reference > 0) {
-    const double x = x_of(reference);
-    svg += "<line x1=\"" + number(x, 1) + "\" y1=\"" + number(kTop - 12, 1) + "\" x2=\"" +
-           number(x, 1) + "\" y2=\"" + number(kTop + plot_height, 1) +
-           "\" stroke=\"#d00\" stroke-width=\"1.5\" stroke-dasharray=\"5,3\"/>\n";
-    svg += "<text x=\"" + number(x, 1) + "\" y=\"" + number(kTop - 16, 1) +
-           "\" text-anchor=\"middle\" fill=\"#d00\">" + escape(reference_label) + " " +
-           number(reference, 0) + " " + escape(unit) + "</text>\n";
   }
   svg += "</svg>\n";
   return svg;
