@@ -69,13 +69,15 @@ bool run_child(const std::string& exe, const std::vector<std::string>& args,
   const pid_t pid = fork();
   if (pid < 0) return false;
   if (pid == 0) {
-    for (const auto& [name, value] : env) setenv(name, value, 1);
+    for (const auto& [name, value] : env)
+      setenv(name, value, 1);
     dup2(fds[1], STDOUT_FILENO);
     close(fds[0]);
     close(fds[1]);
     std::vector<char*> argv;
     argv.push_back(const_cast<char*>(exe.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    for (const auto& a : args)
+      argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execv(exe.c_str(), argv.data());
     _exit(127);
@@ -83,7 +85,8 @@ bool run_child(const std::string& exe, const std::vector<std::string>& args,
   close(fds[1]);
   char buffer[4096];
   ssize_t n;
-  while ((n = read(fds[0], buffer, sizeof buffer)) > 0) out->append(buffer, static_cast<size_t>(n));
+  while ((n = read(fds[0], buffer, sizeof buffer)) > 0)
+    out->append(buffer, static_cast<size_t>(n));
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -111,7 +114,8 @@ harness::Dims smallest_shape(const harness::OpDescriptor& op) {
   double best_size = -1;
   for (const harness::Dims& dims : op.bench_shapes) {
     double size = 1;
-    for (const auto& d : dims) size *= static_cast<double>(d.second);
+    for (const auto& d : dims)
+      size *= static_cast<double>(d.second);
     if (best_size < 0 || size < best_size) {
       best = dims;
       best_size = size;
@@ -159,7 +163,8 @@ int cold_start_child(const std::string& op_name) {
   auto call = [&]() {
     Status run = c->run(nullptr);
     const cudaError_t sync = cudaStreamSynchronize(nullptr);
-    if (run.ok() && sync != cudaSuccess) run = Status(StatusCode::kCudaError, cudaGetErrorString(sync));
+    if (run.ok() && sync != cudaSuccess)
+      run = Status(StatusCode::kCudaError, cudaGetErrorString(sync));
     return run;
   };
   t = Clock::now();
@@ -196,8 +201,8 @@ int cold_start_child(const std::string& op_name) {
   return kExitOk;
 }
 
-int cold_start_report(const std::string& op_name, const std::string& device_name,
-                      bool ptx_usable, bool json) {
+int cold_start_report(const std::string& op_name, const std::string& device_name, bool ptx_usable,
+                      bool json) {
   if (harness::find_op(op_name) == nullptr) {
     throw UsageError{"--op: no op named '" + op_name + "' (cudaops list shows them)"};
   }
@@ -223,8 +228,8 @@ int cold_start_report(const std::string& op_name, const std::string& device_name
   for (const Mode& mode : modes) {
     std::string out;
     int code = 0;
-    if (!run_child(exe, {"info", "--op", op_name, "--cold-start-child", mode.name}, mode.env,
-                   &out, &code)) {
+    if (!run_child(exe, {"info", "--op", op_name, "--cold-start-child", mode.name}, mode.env, &out,
+                   &code)) {
       std::fprintf(stderr, "cudaops: --cold-start: could not start %s\n", exe);
       return kExitCheckFailed;
     }
@@ -232,7 +237,8 @@ int cold_start_report(const std::string& op_name, const std::string& device_name
     if (code != 0) {
       const auto& r = results.back();
       for (const auto& [key, value] : r) {
-        if (key == "error") std::fprintf(stderr, "cudaops: %s loading: %s\n", mode.name, value.c_str());
+        if (key == "error")
+          std::fprintf(stderr, "cudaops: %s loading: %s\n", mode.name, value.c_str());
       }
       exit_code = kExitCheckFailed;
     }
@@ -261,7 +267,8 @@ int cold_start_report(const std::string& op_name, const std::string& device_name
   std::printf("\ncold start of %s (%s) on device 0, %s; each column is a new process\n",
               op_name.c_str(), case_text.c_str(), device_name.c_str());
   std::printf("  %-24s", "");
-  for (const Mode& mode : modes) std::printf(" %12s", mode.name);
+  for (const Mode& mode : modes)
+    std::printf(" %12s", mode.name);
   std::printf("\n");
   for (const Step& step : kSteps) {
     std::printf("  %-24s", step.label);
@@ -276,13 +283,15 @@ int cold_start_report(const std::string& op_name, const std::string& device_name
     std::printf("\n");
   }
   std::printf("\n");
-  for (const Step& step : kSteps) std::printf("  %s: %s\n", step.label, step.why);
-  std::printf("  Loading modes: lazy is CUDA's default (CUDA_MODULE_LOADING=LAZY), eager loads "
-              "everything with the context%s.\n",
-              ptx_usable ? ", and ptx-jit forces the driver to compile this binary's PTX with "
-                           "its cache off (CUDA_FORCE_PTX_JIT=1, CUDA_CACHE_DISABLE=1), as a "
-                           "GPU newer than every SASS of the build would"
-                         : "");
+  for (const Step& step : kSteps)
+    std::printf("  %s: %s\n", step.label, step.why);
+  std::printf(
+      "  Loading modes: lazy is CUDA's default (CUDA_MODULE_LOADING=LAZY), eager loads "
+      "everything with the context%s.\n",
+      ptx_usable ? ", and ptx-jit forces the driver to compile this binary's PTX with "
+                   "its cache off (CUDA_FORCE_PTX_JIT=1, CUDA_CACHE_DISABLE=1), as a "
+                   "GPU newer than every SASS of the build would"
+                 : "");
   return exit_code;
 }
 

@@ -83,12 +83,13 @@ std::string case_label(const CaseReport& r) {
   return label;
 }
 
-Status write_svg(const std::string& path, const std::vector<CaseReport>& reports,
-                 double copy_gbps, const std::string& device) {
+Status write_svg(const std::string& path, const std::vector<CaseReport>& reports, double copy_gbps,
+                 const std::string& device) {
   std::vector<harness::ChartBar> bars;
-  for (const CaseReport& r : reports) bars.push_back({r.op, case_label(r), r.gbps});
-  const std::string svg = harness::bar_chart_svg(
-      "libcudaops: achieved bandwidth on " + device, "GB/s", bars, copy_gbps, "copy");
+  for (const CaseReport& r : reports)
+    bars.push_back({r.op, case_label(r), r.gbps});
+  const std::string svg = harness::bar_chart_svg("libcudaops: achieved bandwidth on " + device,
+                                                 "GB/s", bars, copy_gbps, "copy");
   std::ofstream out(path, std::ios::binary);
   out << svg;
   out.close();
@@ -196,8 +197,8 @@ int execute(BenchOptions& options) {
     progress.begin_case(static_cast<int>(i), p.op->name + " " + dtype_name(p.config.dtype) + " " +
                                                  harness::format_dims(p.config.dims));
     CaseReport report;
-    status = measure_case(*p.op, p.config, options.timing, options.check, copy_gbps,
-                          stream.get(), &report);
+    status = measure_case(*p.op, p.config, options.timing, options.check, copy_gbps, stream.get(),
+                          &report);
     progress.clear();
     if (!status.ok()) {
       return report_failure(status,

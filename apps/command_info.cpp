@@ -27,13 +27,16 @@ std::string carried_text(const std::vector<harness::FatbinEntry>& entries) {
     std::vector<std::string>& list = e.ptx ? ptx : sass;
     const std::string name = harness::arch_name(e.arch, e.ptx);
     bool seen = false;
-    for (const auto& s : list) seen = seen || s == name;
+    for (const auto& s : list)
+      seen = seen || s == name;
     if (!seen) list.push_back(name);
   }
   std::string out;
-  for (const auto& s : sass) out += (out.empty() ? "SASS " : ", ") + s;
+  for (const auto& s : sass)
+    out += (out.empty() ? "SASS " : ", ") + s;
   std::string p;
-  for (const auto& s : ptx) p += (p.empty() ? "PTX " : ", ") + s;
+  for (const auto& s : ptx)
+    p += (p.empty() ? "PTX " : ", ") + s;
   if (!p.empty()) out += (out.empty() ? "" : "; ") + p;
   return out.empty() ? "no GPU code" : out;
 }
@@ -63,9 +66,12 @@ std::vector<FamilyReport> kernel_report(const harness::FatbinContents& binary, i
 
 const char* kind_word(harness::CodeKind kind) {
   switch (kind) {
-    case harness::CodeKind::kSass: return "sass";
-    case harness::CodeKind::kPtx: return "ptx";
-    case harness::CodeKind::kNone: break;
+    case harness::CodeKind::kSass:
+      return "sass";
+    case harness::CodeKind::kPtx:
+      return "ptx";
+    case harness::CodeKind::kNone:
+      break;
   }
   return "none";
 }
@@ -88,8 +94,10 @@ void print_kernel_report(const std::vector<FamilyReport>& rows, int device_arch)
           harness::arch_name(row.choice.arch, true) +
           ", which the driver compiles when each kernel is first loaded: slow first calls "
           "(cached in ~/.nv/ComputeCache) and code not tuned for " +
-          harness::arch_name(device_arch, false) + ". Build with CMAKE_CUDA_ARCHITECTURES "
-          "including " + std::to_string(device_arch) + ".");
+          harness::arch_name(device_arch, false) +
+          ". Build with CMAKE_CUDA_ARCHITECTURES "
+          "including " +
+          std::to_string(device_arch) + ".");
     } else {
       runs = "nothing matches";
     }
@@ -104,7 +112,8 @@ void print_kernel_report(const std::vector<FamilyReport>& rows, int device_arch)
                 row.info.registers, static_cast<long long>(row.info.local_bytes),
                 carried_text(row.carried).c_str(), row.located ? "" : " (whole binary)");
   }
-  for (const std::string& w : warnings) std::printf("  warning: %s\n", w.c_str());
+  for (const std::string& w : warnings)
+    std::printf("  warning: %s\n", w.c_str());
 }
 
 void write_kernel_json(harness::JsonWriter& w, const std::vector<FamilyReport>& rows) {
@@ -120,7 +129,8 @@ void write_kernel_json(harness::JsonWriter& w, const std::vector<FamilyReport>& 
     w.key("kernel").value(row.info.kernel ? row.info.kernel : "");
     if (!row.status.ok()) w.key("error").value(row.status.message());
     w.key("carried").begin_array();
-    for (const auto& e : row.carried) w.value(harness::arch_name(e.arch, e.ptx));
+    for (const auto& e : row.carried)
+      w.value(harness::arch_name(e.arch, e.ptx));
     w.end_array().end_object();
   }
   w.end_array();
@@ -131,8 +141,7 @@ int execute(const InfoOptions& options) {
   harness::SystemInfo info;
   const Status status = harness::query_system(&info);
   harness::FatbinContents binary;
-  const std::string path =
-      harness::binary_of(reinterpret_cast<const void*>(&kernel_family_count));
+  const std::string path = harness::binary_of(reinterpret_cast<const void*>(&kernel_family_count));
   const Status read = path.empty() ? Status(StatusCode::kNotSupported, "binary not found")
                                    : harness::read_fatbins(path, &binary);
   const int device_arch =
@@ -195,7 +204,8 @@ int execute(const InfoOptions& options) {
   }
   if (options.cold_start) {
     bool ptx_usable = false;
-    for (const auto& e : binary.entries) ptx_usable = ptx_usable || (e.ptx && e.arch <= device_arch);
+    for (const auto& e : binary.entries)
+      ptx_usable = ptx_usable || (e.ptx && e.arch <= device_arch);
     return cold_start_report(options.op, info.devices[0].name, ptx_usable, options.json);
   }
   return kExitOk;

@@ -35,9 +35,9 @@ int kernel_family_count() noexcept {
 Status kernel_family_info(int index, KernelFamilyInfo* info) noexcept {
   constexpr const char* kOp = "kernel_family_info";
   if (index < 0 || index >= kernel_family_count()) {
-    return Status(StatusCode::kInvalidArgument,
-                  std::string(kOp) + ": index must be in [0, " +
-                      std::to_string(kernel_family_count()) + "), got " + std::to_string(index));
+    return Status(StatusCode::kInvalidArgument, std::string(kOp) + ": index must be in [0, " +
+                                                    std::to_string(kernel_family_count()) +
+                                                    "), got " + std::to_string(index));
   }
   if (info == nullptr) {
     return Status(StatusCode::kInvalidArgument, std::string(kOp) + ": info must not be null");

@@ -169,8 +169,8 @@ std::string binary_of(const void* address) {
   if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) return "";
   char resolved[PATH_MAX];
   char self[PATH_MAX];
-  const bool named = std::strchr(info.dli_fname, '/') != nullptr &&
-                     realpath(info.dli_fname, resolved) != nullptr;
+  const bool named =
+      std::strchr(info.dli_fname, '/') != nullptr && realpath(info.dli_fname, resolved) != nullptr;
   if (realpath("/proc/self/exe", self) == nullptr) return named ? resolved : "";
   // The executable itself may be reported by the name it was started with (no directory).
   if (!named) return self;

@@ -14,9 +14,9 @@
 namespace cudaops::harness {
 
 struct FatbinEntry {
-  int fatbin = 0;     ///< which fat binary of the section (in section order)
-  bool ptx = false;   ///< PTX, else an ELF cubin (SASS)
-  int arch = 0;       ///< major * 10 + minor: 90 for sm_90 or compute_90
+  int fatbin = 0;    ///< which fat binary of the section (in section order)
+  bool ptx = false;  ///< PTX, else an ELF cubin (SASS)
+  int arch = 0;      ///< major * 10 + minor: 90 for sm_90 or compute_90
   bool compressed = false;
   int64_t payload_offset = 0;  ///< in the file
   int64_t payload_size = 0;

@@ -12,12 +12,23 @@ std::string escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -44,7 +55,8 @@ std::string bar_chart_svg(const std::string& title, const std::string& unit,
   const double plot_height = static_cast<double>(bars.size()) * (kBarHeight + kGap);
   const double height = kTop + plot_height + kBottom;
   double largest = reference;
-  for (const ChartBar& bar : bars) largest = std::max(largest, bar.value);
+  for (const ChartBar& bar : bars)
+    largest = std::max(largest, bar.value);
   // Round ticks: a step of 1, 2, 2.5 or 5 times a power of ten giving at most eight of them.
   double step = 1.0;
   if (largest > 0) {
@@ -71,9 +83,9 @@ std::string bar_chart_svg(const std::string& title, const std::string& unit,
 
   std::string svg;
   svg += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(width, 0) +
-         "\" height=\"" + number(height, 0) + "\" viewBox=\"0 0 " + number(width, 0) + " " +
-         number(height, 0) + "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
+  svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(width, 0) + "\" height=\"" +
+         number(height, 0) + "\" viewBox=\"0 0 " + number(width, 0) + " " + number(height, 0) +
+         "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg += "<text x=\"12\" y=\"24\" font-size=\"16\" font-weight=\"bold\">" + escape(title) +
          "</text>\n";
@@ -81,8 +93,7 @@ std::string bar_chart_svg(const std::string& title, const std::string& unit,
     const double v = step * i;
     const double x = x_of(v);
     svg += "<line x1=\"" + number(x, 1) + "\" y1=\"" + number(kTop - 6, 1) + "\" x2=\"" +
-           number(x, 1) + "\" y2=\"" + number(kTop + plot_height, 1) +
-           "\" stroke=\"#e0e0e0\"/>\n";
+           number(x, 1) + "\" y2=\"" + number(kTop + plot_height, 1) + "\" stroke=\"#e0e0e0\"/>\n";
     svg += "<text x=\"" + number(x, 1) + "\" y=\"" + number(kTop + plot_height + 16, 1) +
            "\" text-anchor=\"middle\" fill=\"#555\">" + number(v, 0) + "</text>\n";
   }
@@ -102,17 +113,16 @@ std::string bar_chart_svg(const std::string& title, const std::string& unit,
     const ChartBar& bar = bars[i];
     const double y = kTop + static_cast<double>(i) * (kBarHeight + kGap);
     const double pct = reference > 0 ? 100.0 * bar.value / reference : 0.0;
-    svg += "<g><title>" + escape(bar.group + " " + bar.label) + ": " + number(bar.value, 1) +
-           " " + escape(unit) + " (" + number(pct, 1) + "% of " + escape(reference_label) +
-           ")</title>\n";
+    svg += "<g><title>" + escape(bar.group + " " + bar.label) + ": " + number(bar.value, 1) + " " +
+           escape(unit) + " (" + number(pct, 1) + "% of " + escape(reference_label) + ")</title>\n";
     svg += "<text x=\"" + number(kLabelWidth - 8, 1) + "\" y=\"" + number(y + kBarHeight - 4, 1) +
            "\" text-anchor=\"end\">" + escape(bar.group + "  " + bar.label) + "</text>\n";
     svg += "<rect x=\"" + number(kLabelWidth, 1) + "\" y=\"" + number(y, 1) + "\" width=\"" +
            number(x_of(bar.value) - kLabelWidth, 1) + "\" height=\"" + number(kBarHeight, 1) +
            "\" fill=\"" + colours[bar.group] + "\"/>\n";
     svg += "<text x=\"" + number(x_of(bar.value) + 6, 1) + "\" y=\"" +
-           number(y + kBarHeight - 4, 1) + "\">" + number(bar.value, 0) + " (" +
-           number(pct, 1) + "%)</text></g>\n";
+           number(y + kBarHeight - 4, 1) + "\">" + number(bar.value, 0) + " (" + number(pct, 1) +
+           "%)</text></g>\n";
   }
   svg += "</svg>\n";
   return svg;

@@ -93,8 +93,7 @@ TEST(KernelFamilies, CountAndBadArguments) {
   EXPECT_EQ(kernel_family_count(), 5);
   KernelFamilyInfo info;
   EXPECT_EQ(kernel_family_info(-1, &info).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(kernel_family_info(kernel_family_count(), &info).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(kernel_family_info(kernel_family_count(), &info).code(), StatusCode::kInvalidArgument);
   const Status s = kernel_family_info(0, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("info"), std::string::npos);
