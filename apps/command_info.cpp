@@ -80,6 +80,7 @@ void print_kernel_report(const std::vector<FamilyReport>& rows, int device_arch)
   std::printf("  %-15s %-22s %5s %7s  %s\n", "kernel family", "runs from", "regs", "local",
               "carried");
   std::vector<std::string> warnings;
+  std::string jit_families;
   for (const FamilyReport& row : rows) {
     std::string runs;
     if (!row.status.ok()) {
@@ -89,15 +90,7 @@ void print_kernel_report(const std::vector<FamilyReport>& rows, int device_arch)
       runs = "SASS " + harness::arch_name(row.choice.arch, false);
     } else if (row.choice.kind == harness::CodeKind::kPtx) {
       runs = "PTX " + harness::arch_name(row.choice.arch, true) + " (JIT)";
-      warnings.push_back(
-          std::string(row.info.name) + " runs from PTX " +
-          harness::arch_name(row.choice.arch, true) +
-          ", which the driver compiles when each kernel is first loaded: slow first calls "
-          "(cached in ~/.nv/ComputeCache) and code not tuned for " +
-          harness::arch_name(device_arch, false) +
-          ". Build with CMAKE_CUDA_ARCHITECTURES "
-          "including " +
-          std::to_string(device_arch) + ".");
+      jit_families += std::string(jit_families.empty() ? "" : ", ") + row.info.name;
     } else {
       runs = "nothing matches";
     }
@@ -111,6 +104,15 @@ void print_kernel_report(const std::vector<FamilyReport>& rows, int device_arch)
     std::printf("  %-15s %-22s %5d %5lld B  %s%s\n", row.info.name, runs.c_str(),
                 row.info.registers, static_cast<long long>(row.info.local_bytes),
                 carried_text(row.carried).c_str(), row.located ? "" : " (whole binary)");
+  }
+  if (!jit_families.empty()) {
+    warnings.push_back(jit_families +
+                       ": only PTX matches this GPU. The driver compiles it when each kernel is "
+                       "first loaded (slow first calls; cached in ~/.nv/ComputeCache) and the "
+                       "code is not tuned for " +
+                       harness::arch_name(device_arch, false) +
+                       ". Build with CMAKE_CUDA_ARCHITECTURES including " +
+                       std::to_string(device_arch) + ".");
   }
   for (const std::string& w : warnings)
     std::printf("  warning: %s\n", w.c_str());
