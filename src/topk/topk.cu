@@ -35,8 +35,14 @@ namespace cudaops {
 namespace detail::topk {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
+// Threads per block: 128 for tiles of at most kSmallTile elements when k is at most kSmallK,
+// where four warps have enough work and more blocks fit on an SM (one wave for 1024 rows of
+// 4096 on an H100: 36.5 -> 26.1 us); 512 otherwise. With 128 threads a large k costs more than
+// it saves (its sort and compaction: 64 x 65536, k = 1024 went from 41.7 to 53.3 us).
+constexpr int kWideThreads = 512;
+constexpr int kNarrowThreads = 128;
+constexpr int kSmallTile = 4096;
+constexpr int kSmallK = 256;
 constexpr int kBins = 2048;           // 11-bit digits
 constexpr uint32_t kSentinelKey = 0;  // below every element's key
 constexpr uint32_t kSentinelIndex = 0xffffffffu;
@@ -62,7 +68,9 @@ __device__ __forceinline__ float decode(uint32_t key, bool largest) {
 
 // ---- shared memory ----------------------------------------------------------------------------
 
+template <int kThreads>
 struct SelectShared {
+  static constexpr int kWarps = kThreads / 32;
   uint32_t hist[kBins];
   typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
   uint32_t warp_gt[kWarps];
@@ -86,8 +94,8 @@ __device__ __forceinline__ uint32_t high_bits(uint32_t key, int shift) {
 
 // Finds the bin of hist (bins, in descending order of bins) where the count from the top
 // reaches k_rem. Leaves it in shared.bin/above/count.
-template <int kBinsNow>
-__device__ void find_bin(SelectShared& s, uint32_t k_rem) {
+template <int kBinsNow, int kThreads>
+__device__ void find_bin(SelectShared<kThreads>& s, uint32_t k_rem) {
   constexpr int kPer = kBinsNow / kThreads;
   static_assert(kPer >= 1 && kBinsNow % kThreads == 0, "bins per thread");
   const int t = threadIdx.x;
@@ -114,11 +122,13 @@ __device__ void find_bin(SelectShared& s, uint32_t k_rem) {
 
 // The radix selection of the k largest of keys[0, n), given the histogram of their top 11 bits
 // in s.hist (already complete and visible to the block).
-__device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k, SelectShared& s) {
+template <int kThreads>
+__device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k,
+                                      SelectShared<kThreads>& s) {
   uint32_t k_rem = k;
   uint32_t prefix = 0;
   // Pass 0: bits 31..21.
-  find_bin<kBins>(s, k_rem);
+  find_bin<kBins, kThreads>(s, k_rem);
   prefix = s.bin;
   k_rem -= s.above;
   if (s.count == k_rem) return {prefix, 21, k_rem};
@@ -139,9 +149,9 @@ __device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k, S
     }
     __syncthreads();
     if (bits == 11) {
-      find_bin<2048>(s, k_rem);
+      find_bin<2048, kThreads>(s, k_rem);
     } else {
-      find_bin<1024>(s, k_rem);
+      find_bin<1024, kThreads>(s, k_rem);
     }
     prefix = (prefix << bits) | s.bin;
     k_rem -= s.above;
@@ -152,8 +162,10 @@ __device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k, S
 
 // Calls emit(position, i) for every taken element i of keys[0, n), position being its rank
 // among the taken ones in column (i) order. Each warp walks its own contiguous segment.
-template <typename Emit>
-__device__ void compact(const uint32_t* keys, int n, Threshold th, SelectShared& s, Emit&& emit) {
+template <int kThreads, typename Emit>
+__device__ void compact(const uint32_t* keys, int n, Threshold th, SelectShared<kThreads>& s,
+                        Emit&& emit) {
+  constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int segment = ((n + kWarps - 1) / kWarps + 31) / 32 * 32;
@@ -200,7 +212,7 @@ __device__ void compact(const uint32_t* keys, int n, Threshold th, SelectShared&
 // Keys of row[0, len) into keys[], counting the histogram of their top 11 bits.
 // (Plain shared atomics: aggregating equal bins per warp with __match_any_sync measured slower
 // on an H100, see bench/RESULTS.md.)
-template <typename T>
+template <int kThreads, typename T>
 __device__ void load_values(const T* __restrict__ row, int len, bool largest, uint32_t* keys,
                             uint32_t* hist) {
   constexpr int V = kVec16<T>;
@@ -253,6 +265,7 @@ __device__ void load_values(const T* __restrict__ row, int len, bool largest, ui
 }
 
 // (key, column) pairs [0, len) into keys[] and columns[], counting the histogram.
+template <int kThreads>
 __device__ void load_pairs(const uint32_t* __restrict__ in_keys,
                            const uint32_t* __restrict__ in_columns, int len, uint32_t* keys,
                            uint32_t* columns, uint32_t* hist) {
@@ -313,6 +326,7 @@ struct Shape {
 
 // Sorts buf[0, m) (m a power of two) in descending order, bitonically: one warp when m <= 64
 // (no block barriers), else the whole block.
+template <int kThreads>
 __device__ void bitonic_sort_descending(uint64_t* buf, int m) {
   const bool one_warp = m <= 64;
   if (one_warp && threadIdx.x >= 32) return;
@@ -341,28 +355,33 @@ __device__ void bitonic_sort_descending(uint64_t* buf, int m) {
 
 // kPairs: the tile holds pairs (else values of T). kFinal: results to values/indices (else to
 // the pairs of the next level). kSorted (final only): in rank order (else in column order).
-template <typename T, bool kPairs, bool kFinal, bool kSorted>
-__global__ void __launch_bounds__(kThreads)
+// kThreads: threads per block. Dynamic shared memory: the tile's keys, then (pairs) its
+// columns, then (sorted) the sort buffer of pow2(k) (key, ~column) items.
+template <typename T, bool kPairs, bool kFinal, bool kSorted, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     topk_tile_kernel(Source<T> source, Sink<T> sink, Shape shape) {
   extern __shared__ __align__(16) uint32_t tile_keys[];
-  __shared__ SelectShared s;
-  // (key, ~column): descending order is rank order, ties to the lower column.
-  __shared__ uint64_t sort_buf[kSorted ? kTopkMaxK : 1];
+  __shared__ SelectShared<kThreads> s;
 
   const int64_t row = shape.row0 + blockIdx.x / shape.tiles;
   const int tile = static_cast<int>(blockIdx.x % shape.tiles);
   const int64_t start = static_cast<int64_t>(tile) * shape.tile;
   const int len = static_cast<int>(shape.n - start < shape.tile ? shape.n - start : shape.tile);
-  uint32_t* tile_columns = tile_keys + ((shape.tile + 3) & ~3);  // pairs only
+  const int words = (shape.tile + 3) & ~3;
+  uint32_t* tile_columns = tile_keys + words;  // pairs only
+  // (key, ~column): descending order is rank order, ties to the lower column.
+  uint64_t* sort_buf = reinterpret_cast<uint64_t*>(tile_keys + words * (kPairs ? 2 : 1));
 
   for (int i = threadIdx.x; i < kBins; i += kThreads)
     s.hist[i] = 0;
   __syncthreads();
   if constexpr (kPairs) {
     const int64_t offset = row * shape.n + start;
-    load_pairs(source.keys + offset, source.columns + offset, len, tile_keys, tile_columns, s.hist);
+    load_pairs<kThreads>(source.keys + offset, source.columns + offset, len, tile_keys,
+                         tile_columns, s.hist);
   } else {
-    load_values(source.x + row * source.x_stride + start, len, shape.largest, tile_keys, s.hist);
+    load_values<kThreads>(source.x + row * source.x_stride + start, len, shape.largest, tile_keys,
+                          s.hist);
   }
   __syncthreads();
 
@@ -412,7 +431,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = k_tile + threadIdx.x; i < m; i += kThreads)
         sort_buf[i] = 0;  // below every (key, column)
       __syncthreads();
-      bitonic_sort_descending(sort_buf, m);
+      bitonic_sort_descending<kThreads>(sort_buf, m);
       __syncthreads();
       for (int rank = threadIdx.x; rank < k_tile; rank += kThreads) {
         const uint64_t item = sort_buf[rank];
@@ -432,15 +451,22 @@ struct LaunchArgs {
   cudaStream_t stream;
 };
 
-template <typename T, bool kPairs, bool kFinal, bool kSorted>
-Status launch_level(const char* op, const Source<T>& source, const Sink<T>& sink,
+template <typename T, bool kPairs, bool kFinal, bool kSorted, int kThreads>
+Status launch_tiles(const char* op, const Source<T>& source, const Sink<T>& sink,
                     const LaunchArgs& args) {
-  auto kernel = topk_tile_kernel<T, kPairs, kFinal, kSorted>;
+  auto kernel = topk_tile_kernel<T, kPairs, kFinal, kSorted, kThreads>;
   const Level& level = *args.level;
   const int words = (level.tile + 3) & ~3;
-  const size_t smem = static_cast<size_t>(words) * sizeof(uint32_t) * (kPairs ? 2 : 1);
+  size_t sort_items = 0;
+  if (kSorted) {
+    sort_items = 1;
+    while (sort_items < static_cast<size_t>(std::min(level.k, level.tile)))
+      sort_items <<= 1;
+  }
+  const size_t smem = static_cast<size_t>(words) * sizeof(uint32_t) * (kPairs ? 2 : 1) +
+                      sort_items * sizeof(uint64_t);
   // Static and dynamic shared memory together above 48 KiB need the kernel's opt-in.
-  static const size_t static_smem = [&] {
+  static const size_t static_smem = [&] {  // per instantiation
     cudaFuncAttributes attributes = {};
     return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess ? attributes.sharedSizeBytes
                                                                      : size_t{48 * 1024};
@@ -456,11 +482,20 @@ Status launch_level(const char* op, const Source<T>& source, const Sink<T>& sink
   for (int64_t row0 = 0; row0 < args.rows; row0 += rows_per_launch) {
     const int64_t rows = std::min(rows_per_launch, args.rows - row0);
     Shape shape{row0, level.n, level.tile, level.tiles, level.k, args.largest};
-    kernel<<<static_cast<unsigned>(rows * level.tiles), kThreads, smem, args.stream>>>(source, sink,
-                                                                                       shape);
+    kernel<<<static_cast<unsigned>(rows * level.tiles), kThreads, smem, args.stream>>>(
+        source, sink, shape);
     if (Status s = check_launch(op, args.stream); !s.ok()) return s;
   }
   return Status();
+}
+
+template <typename T, bool kPairs, bool kFinal, bool kSorted>
+Status launch_level(const char* op, const Source<T>& source, const Sink<T>& sink,
+                    const LaunchArgs& args) {
+  if (args.level->tile <= kSmallTile && args.level->k <= kSmallK) {
+    return launch_tiles<T, kPairs, kFinal, kSorted, kNarrowThreads>(op, source, sink, args);
+  }
+  return launch_tiles<T, kPairs, kFinal, kSorted, kWideThreads>(op, source, sink, args);
 }
 
 template <typename T, bool kPairs>
@@ -514,7 +549,7 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
 }
 
 const void* topk_family_kernel() {
-  return reinterpret_cast<const void*>(topk_tile_kernel<float, false, true, true>);
+  return reinterpret_cast<const void*>(topk_tile_kernel<float, false, true, true, kWideThreads>);
 }
 
 }  // namespace detail::topk
