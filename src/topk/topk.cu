@@ -482,8 +482,8 @@ Status launch_tiles(const char* op, const Source<T>& source, const Sink<T>& sink
   for (int64_t row0 = 0; row0 < args.rows; row0 += rows_per_launch) {
     const int64_t rows = std::min(rows_per_launch, args.rows - row0);
     Shape shape{row0, level.n, level.tile, level.tiles, level.k, args.largest};
-    kernel<<<static_cast<unsigned>(rows * level.tiles), kThreads, smem, args.stream>>>(
-        source, sink, shape);
+    kernel<<<static_cast<unsigned>(rows * level.tiles), kThreads, smem, args.stream>>>(source, sink,
+                                                                                       shape);
     if (Status s = check_launch(op, args.stream); !s.ok()) return s;
   }
   return Status();
