@@ -36,10 +36,6 @@ Status current_device_limits(const char* op, DeviceLimits* limits) {
     error = cudaDeviceGetAttribute(&limits->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                    device);
   }
-  if (error == cudaSuccess) {
-    error = cudaDeviceGetAttribute(&limits->registers, cudaDevAttrMaxRegistersPerMultiprocessor,
-                                   device);
-  }
   if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
   return Status();
 }
@@ -48,21 +44,10 @@ Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t col
                      DType dtype, StreamedLaunch* launch) {
   int64_t threads = ((cols + n - 1) / n + 3) / 4;
   threads = std::clamp<int64_t>((threads + 31) / 32 * 32, 64, 1024);
+  launch->threads = static_cast<int>(threads);
   launch->smem = 0;
   DeviceLimits limits;
   if (Status s = current_device_limits(op, &limits); !s.ok()) return s;
-  // Two blocks per multiprocessor at least: with one, an SM has a single row in flight and its
-  // memory idles through every reduction of that row (the 16-bit layernorm kernel takes 45-48
-  // registers, so 1024 threads left one block per SM: 52% of copy on 4096 x 32768).
-  cudaFuncAttributes attributes = {};
-  const cudaError_t query = cudaFuncGetAttributes(&attributes, kernel);
-  if (query != cudaSuccess) return cuda_status(query, op, "querying the kernel");
-  const int64_t warp_registers = (int64_t{attributes.numRegs} * 32 + 255) / 256 * 256;
-  if (warp_registers > 0) {
-    const int64_t warps_per_block = limits.registers / warp_registers / 2;
-    threads = std::clamp<int64_t>(std::min(threads, warps_per_block * 32), 64, 1024);
-  }
-  launch->threads = static_cast<int>(threads);
   const int64_t want = int64_t{arrays} * padded_cols(cols) * dtype_size(dtype);
   // Leave room for the static shared memory of the reductions.
   if (want > int64_t{limits.smem_optin} - 1024) return Status();

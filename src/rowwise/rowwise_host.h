@@ -65,7 +65,6 @@ inline unsigned grid_for(int64_t groups) {
 struct DeviceLimits {
   int sms = 0;         ///< multiprocessors
   int smem_optin = 0;  ///< shared memory a block may opt into
-  int registers = 0;   ///< 32-bit registers per multiprocessor
 };
 
 /// The current device's limits, or a status when there is no usable device.
@@ -73,9 +72,7 @@ Status current_device_limits(const char* op, DeviceLimits* limits);
 
 /// The launch of a streamed kernel over rows of cols elements in chunks of n.
 struct StreamedLaunch {
-  /// About four chunks per thread, a multiple of 32 from 64 to 1024; fewer when the kernel's
-  /// registers would leave room for only one block of that size per multiprocessor.
-  int threads = 0;
+  int threads = 0;  ///< about four chunks per thread, a multiple of 32 from 64 to 1024
   size_t smem = 0;  ///< dynamic shared memory; 0 when the arrays do not fit
 };
 
