@@ -106,13 +106,11 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>) norm_cached(NormArgs<
 }
 
 // `cached`: the row (x, or x + residual) is kept in dynamic shared memory between the passes.
-// Layernorm reads the row once: its mean and variance come from one pass (per-chunk moments
-// merged across the block, merge_moments), so the row is loaded, reduced once and written.
 template <Norm kNorm, typename T, int N>
 __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached) {
   extern __shared__ float4 dynamic_smem[];
   T* cache = reinterpret_cast<T*>(dynamic_smem);
-  __shared__ float scratch[(kNorm == Norm::kLayer ? 3 : 1) * kWarp];
+  __shared__ float scratch[kWarp];
   const int64_t cols = a.cols;
   const int64_t first = threadIdx.x * static_cast<int64_t>(N);
   const int64_t step = static_cast<int64_t>(blockDim.x) * N;
@@ -135,39 +133,36 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
         if (cached) store_chunk<T, N>(cache, c, cols, x);
       }
       in = residual;  // the output pass reads the stored sum back (this thread's own columns)
-    } else if constexpr (kNorm == Norm::kLayer) {
-      float n = 0.0f, m2 = 0.0f;
+    } else {
+      if constexpr (kNorm == Norm::kLayer) {
+        float sum[1] = {0.0f};
+        for (int64_t c = first; c < cols; c += step) {
+          float x[N];
+          load_chunk<T, N>(in, c, cols, x, 0.0f);
+          if (cached) store_chunk<T, N>(cache, c, cols, x);
+#pragma unroll
+          for (int e = 0; e < N; ++e)
+            sum[0] += x[e];
+        }
+        row_allreduce<kWholeBlock>(sum, scratch, SumOp{});
+        mean = sum[0] / static_cast<float>(cols);
+      }
       for (int64_t c = first; c < cols; c += step) {
         float x[N];
-        load_chunk<T, N>(in, c, cols, x, 0.0f);
-        if (cached) store_chunk<T, N>(cache, c, cols, x);
-        const int valid = static_cast<int>(cols - c < N ? cols - c : N);
-        float sum = 0.0f;
-#pragma unroll
-        for (int e = 0; e < N; ++e)
-          sum += x[e];  // 0 past the row's end
-        const float chunk_mean = sum / static_cast<float>(valid);
-        float chunk_m2 = 0.0f;
+        if (kNorm == Norm::kLayer) {
+          reload_chunk<T, N>(in, cache, cached, c, cols, x, 0.0f);
+        } else {
+          load_chunk<T, N>(in, c, cols, x, 0.0f);
+          if (cached) store_chunk<T, N>(cache, c, cols, x);
+        }
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-          const float d = e < valid ? x[e] - chunk_mean : 0.0f;
-          chunk_m2 = fmaf(d, d, chunk_m2);
+          const float d = c + e < cols ? x[e] - mean : 0.0f;
+          squares[0] = fmaf(d, d, squares[0]);
         }
-        merge_moments(n, mean, m2, static_cast<float>(valid), chunk_mean, chunk_m2);
-      }
-      row_allreduce_moments(n, mean, m2, scratch);
-      squares[0] = m2;
-    } else {
-      for (int64_t c = first; c < cols; c += step) {
-        float x[N];
-        load_chunk<T, N>(in, c, cols, x, 0.0f);
-        if (cached) store_chunk<T, N>(cache, c, cols, x);
-#pragma unroll
-        for (int e = 0; e < N; ++e)
-          squares[0] = fmaf(x[e], x[e], squares[0]);
       }
     }
-    if constexpr (kNorm != Norm::kLayer) row_allreduce<kWholeBlock>(squares, scratch, SumOp{});
+    row_allreduce<kWholeBlock>(squares, scratch, SumOp{});
     const float rstd = rsqrtf(squares[0] / static_cast<float>(cols) + a.eps);
     if (threadIdx.x == 0) {
       if (kNorm == Norm::kLayer && a.mean != nullptr) a.mean[row] = mean;

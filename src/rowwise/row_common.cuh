@@ -163,51 +163,6 @@ __device__ __forceinline__ void row_allreduce(float (&v)[K], float* scratch, Op 
   if constexpr (kSplit) cluster_allreduce(v, op);
 }
 
-/// Merges the statistics (count, mean, sum of squared deviations) of two sets of values
-/// (Chan et al.): robust where a sum of squares minus a squared sum would cancel, and symmetric
-/// in its two arguments, bit for bit, so that a butterfly reduction leaves every lane the same.
-__device__ __forceinline__ void merge_moments(float& n, float& mean, float& m2, float n_b,
-                                              float mean_b, float m2_b) {
-  const float total = n + n_b;
-  if (total == 0.0f) return;
-  const float delta = mean_b - mean;
-  const float merged_mean = (n * mean + n_b * mean_b) / total;
-  m2 = (m2 + m2_b) + delta * delta * (n * n_b / total);
-  mean = merged_mean;
-  n = total;
-}
-
-/// row_allreduce of (count, mean, m2) triples under merge_moments, over the whole block; goes
-/// through `scratch` (3 * 32 floats of shared memory).
-__device__ __forceinline__ void row_allreduce_moments(float& n, float& mean, float& m2,
-                                                      float* scratch) {
-  auto warp_merge = [&]() {
-#pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      const float n_b = __shfl_xor_sync(kFullMask, n, offset);
-      const float mean_b = __shfl_xor_sync(kFullMask, mean, offset);
-      const float m2_b = __shfl_xor_sync(kFullMask, m2, offset);
-      merge_moments(n, mean, m2, n_b, mean_b, m2_b);
-    }
-  };
-  warp_merge();
-  const int warps = static_cast<int>(blockDim.x) / kWarp;
-  if (warps == 1) return;
-  const int lane = threadIdx.x % kWarp;
-  const int warp = threadIdx.x / kWarp;
-  if (lane == 0) {
-    scratch[warp] = n;
-    scratch[kWarp + warp] = mean;
-    scratch[2 * kWarp + warp] = m2;
-  }
-  __syncthreads();
-  n = lane < warps ? scratch[lane] : 0.0f;
-  mean = lane < warps ? scratch[kWarp + lane] : 0.0f;
-  m2 = lane < warps ? scratch[2 * kWarp + lane] : 0.0f;
-  warp_merge();
-  __syncthreads();  // scratch may be reused at once
-}
-
 /// The threads of a streamed kernel's row: the whole block, whatever its size.
 inline constexpr int kWholeBlock = 0;
 
