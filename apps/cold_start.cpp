@@ -235,10 +235,9 @@ int cold_start_report(const std::string& op_name, const std::string& device_name
     }
     results.push_back(parse_lines(out));
     if (code != 0) {
-      const auto& r = results.back();
-      for (const auto& [key, value] : r) {
-        if (key == "error")
-          std::fprintf(stderr, "cudaops: %s loading: %s\n", mode.name, value.c_str());
+      const auto error = results.back().find("error");
+      if (error != results.back().end()) {
+        std::fprintf(stderr, "cudaops: %s loading: %s\n", mode.name, error->second.c_str());
       }
       exit_code = kExitCheckFailed;
     }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <string_view>
 
 namespace cudaops::harness {
 namespace {
@@ -58,10 +59,11 @@ Status bad(const std::string& path, const std::string& why) {
 }  // namespace
 
 Status read_fatbins(const std::string& path, FatbinContents* contents) {
-  *contents = FatbinContents{path, 0, {}};
+  *contents = FatbinContents{path, 0, {}, {}};
   std::ifstream file(path, std::ios::binary);
   if (!file) return bad(path, "cannot be opened");
-  const std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  contents->bytes.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  const std::string& bytes = contents->bytes;
   Elf64_Ehdr elf{};
   if (!read_at(bytes, 0, &elf) || std::memcmp(elf.e_ident, ELFMAG, SELFMAG) != 0 ||
       elf.e_ident[EI_CLASS] != ELFCLASS64 || elf.e_ident[EI_DATA] != ELFDATA2LSB) {
@@ -126,14 +128,12 @@ Status read_fatbins(const std::string& path, FatbinContents* contents) {
 std::vector<int> fatbins_holding(const FatbinContents& contents, const std::string& symbol) {
   std::set<int> found;
   if (symbol.empty()) return {};
-  std::ifstream file(contents.path, std::ios::binary);
+  const std::string_view bytes(contents.bytes);
   for (const FatbinEntry& entry : contents.entries) {
     if (entry.ptx || entry.compressed || found.count(entry.fatbin) != 0) continue;
-    std::string payload(static_cast<size_t>(entry.payload_size), '\0');
-    file.clear();
-    file.seekg(entry.payload_offset);
-    if (!file.read(payload.data(), entry.payload_size)) continue;
-    if (payload.find(symbol) != std::string::npos) found.insert(entry.fatbin);
+    const std::string_view payload = bytes.substr(static_cast<size_t>(entry.payload_offset),
+                                                  static_cast<size_t>(entry.payload_size));
+    if (payload.find(symbol) != std::string_view::npos) found.insert(entry.fatbin);
   }
   return {found.begin(), found.end()};
 }
@@ -167,14 +167,11 @@ std::string arch_name(int arch, bool ptx) {
 std::string binary_of(const void* address) {
   Dl_info info{};
   if (dladdr(address, &info) == 0 || info.dli_fname == nullptr) return "";
-  char resolved[PATH_MAX];
-  char self[PATH_MAX];
-  const bool named =
-      std::strchr(info.dli_fname, '/') != nullptr && realpath(info.dli_fname, resolved) != nullptr;
-  if (realpath("/proc/self/exe", self) == nullptr) return named ? resolved : "";
   // The executable itself may be reported by the name it was started with (no directory).
-  if (!named) return self;
-  return resolved;
+  const char* name =
+      std::strchr(info.dli_fname, '/') != nullptr ? info.dli_fname : "/proc/self/exe";
+  char resolved[PATH_MAX];
+  return realpath(name, resolved) != nullptr ? resolved : "";
 }
 
 }  // namespace cudaops::harness

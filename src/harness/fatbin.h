@@ -18,7 +18,7 @@ struct FatbinEntry {
   bool ptx = false;  ///< PTX, else an ELF cubin (SASS)
   int arch = 0;      ///< major * 10 + minor: 90 for sm_90 or compute_90
   bool compressed = false;
-  int64_t payload_offset = 0;  ///< in the file
+  int64_t payload_offset = 0;  ///< in the file (and in FatbinContents::bytes)
   int64_t payload_size = 0;
 };
 
@@ -26,6 +26,7 @@ struct FatbinContents {
   std::string path;
   int fatbins = 0;
   std::vector<FatbinEntry> entries;
+  std::string bytes;  ///< the file as read (payload offsets index it)
 };
 
 /// Reads the fat binary headers of the ELF file at `path`. A file without a `.nv_fatbin` section
