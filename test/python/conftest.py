@@ -1,5 +1,5 @@
-"""Shared fixtures: stand-in array objects for the tests that run without a GPU, and the GPU
-switch for the ones that need one."""
+"""Shared fixtures: stand-in array objects for the tests that run without a GPU, the GPU switch
+for the ones that need one, and the torch and CuPy modules for the tests that use them."""
 
 import os
 
@@ -89,6 +89,25 @@ def has_gpu():
 
 
 requires_gpu = pytest.mark.skipif(not has_gpu(), reason="no CUDA device")
+
+
+# The frameworks, each skipping the test when it is missing or sees no GPU.
+@pytest.fixture
+def torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    return torch
+
+
+@pytest.fixture
+def cupy():
+    cp = pytest.importorskip("cupy")
+    try:
+        cp.cuda.runtime.getDeviceCount()
+    except Exception:
+        pytest.skip("CuPy sees no GPU")
+    return cp
 
 
 @pytest.fixture(params=[True, False], ids=["direct", "protocol"])

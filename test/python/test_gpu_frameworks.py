@@ -23,16 +23,6 @@ class CAIOnly:
 # --- CuPy -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def cupy():
-    cp = pytest.importorskip("cupy")
-    try:
-        cp.cuda.runtime.getDeviceCount()
-    except Exception:
-        pytest.skip("CuPy sees no GPU")
-    return cp
-
-
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("n", SIZES)
 def test_cupy_add(cupy, path, dtype, n):

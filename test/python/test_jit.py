@@ -249,24 +249,6 @@ def test_array_arguments_of_any_element_type(dl, cai):
 # --- on a GPU ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no GPU")
-    return torch
-
-
-@pytest.fixture
-def cupy():
-    cp = pytest.importorskip("cupy")
-    try:
-        cp.cuda.runtime.getDeviceCount()
-    except Exception:
-        pytest.skip("CuPy sees no GPU")
-    return cp
-
-
 @requires_gpu
 @pytest.mark.parametrize("n", [1, 7, 199, 4097, (1 << 20) + 3])
 def test_saxpy_on_torch(torch, n):

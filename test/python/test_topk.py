@@ -44,15 +44,6 @@ def test_bad_arrays_and_options(dl):
 # --- on a GPU ---------------------------------------------------------------------------------
 
 
-
-@pytest.fixture
-def torch():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no GPU")
-    return torch
-
-
 def reference(x, k, largest, sorted_):
     """Exact top-k of a float64 numpy matrix: NaN highest, -0.0 below +0.0, ties to the lower
     index; sorted in rank order or in ascending index order."""
