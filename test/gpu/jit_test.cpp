@@ -4,8 +4,6 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "cudaops/jit.h"
+#include "support/jit_race.h"
 
 namespace {
 
@@ -260,23 +259,7 @@ TEST_F(JitGpu, ProcessesRacingOnOneDirectory) {
   // entry they raced to write and runs it.
   CompileRequest r = request("saxpy");
   r.options = {"-arch=" + device_arch()};
-  std::vector<pid_t> children;
-  for (int c = 0; c < 4; ++c) {
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      (void)clear_cache(true, false);
-      Kernel kernel;
-      const cudaops::Status status = compile(r, &kernel);
-      _exit(status.ok() && kernel.info().not_stored_reason.empty() ? 0 : 1);
-    }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+  ASSERT_TRUE(cudaops::test::CompileInRacingProcesses(r, 4));
   Kernel kernel;
   ASSERT_TRUE(compile(r, &kernel).ok());
   EXPECT_EQ(kernel.info().source, CacheSource::kDiskCache);

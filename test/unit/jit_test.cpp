@@ -18,6 +18,7 @@
 #include "jit/include_scan.h"
 #include "jit/options.h"
 #include "jit/sha256.h"
+#include "support/jit_race.h"
 
 namespace {
 
@@ -605,23 +606,7 @@ TEST_F(JitCompile, ComputeTargetGivesPtxOnly) {
 
 TEST_F(JitCompile, ProcessesRacingOnOneDirectory) {
   CompileRequest r = request("scale<int>");
-  std::vector<pid_t> children;
-  for (int c = 0; c < 4; ++c) {
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      (void)clear_cache(true, false);
-      Kernel kernel;
-      const cudaops::Status status = compile(r, &kernel);
-      _exit(status.ok() && kernel.info().not_stored_reason.empty() ? 0 : 1);
-    }
-    children.push_back(pid);
-  }
-  for (pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  }
+  ASSERT_TRUE(cudaops::test::CompileInRacingProcesses(r, 4));
   Kernel kernel;
   ASSERT_TRUE(compile(r, &kernel).ok());
   EXPECT_EQ(kernel.info().source, CacheSource::kDiskCache);
