@@ -7,6 +7,7 @@
 #include "core/validate.h"
 #include "cudaops/rowwise.h"
 #include "rowwise/row_common.cuh"
+#include "rowwise/row_pipeline.cuh"
 #include "rowwise/rowwise_host.h"
 
 namespace cudaops {
@@ -185,6 +186,74 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
           x[e] = w[e] * (x[e] * rstd);
       }
       store_chunk<T, N>(out, c, cols, x);
+    }
+  }
+}
+
+// layer_norm's rows brought in by the pipeline (row_pipeline.cuh), then the passes of
+// norm_cached over registers; the weight is held in registers across the rows, the bias read per
+// row. (rms_norm and fused_add_rms_norm measured slower this way than streamed, see
+// bench/RESULTS.md, so they keep norm_streamed.)
+template <typename T>
+__global__ void __launch_bounds__(kPipeThreads)
+    layer_norm_pipelined(NormArgs<T> a, PipeParams params) {
+  constexpr int N = kVec16<T>;
+  constexpr int kVecs = kPipeVecs;
+  using TileT = StagedTile<T, kVecs>;
+  extern __shared__ float4 dynamic_smem[];
+  __shared__ uint64_t bars[kMaxStages];
+  __shared__ float scratch[kWarp];
+  const int cols = static_cast<int>(a.cols);
+  RowPipeline<T, 1> pipe(reinterpret_cast<T*>(dynamic_smem), bars, params, {{a.x}, {a.x_stride}},
+                         cols, a.rows);
+  pipe.start();
+  TileT weight;
+  weight.load_global(a.weight, cols);
+  const T zero = from_float<T>(0.0f);
+  int i = 0;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x, ++i) {
+    weight.pin();  // converted again in each row, not hoisted out of the loop as float32
+    TileT tile;
+    pipe.wait(i);
+    tile.load(pipe.stage(i, 0), cols, zero);
+    pipe.release(i, row);
+    float sum[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        sum[0] += tile.get(j, e);
+    }
+    row_allreduce<kWholeBlock>(sum, scratch, SumOp{});
+    const float mean = sum[0] / static_cast<float>(cols);
+    tile.pin();
+    float squares[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = TileT::valid(j, cols) ? tile.get(j, e) - mean : 0.0f;
+        squares[0] = fmaf(d, d, squares[0]);
+      }
+    }
+    row_allreduce<kWholeBlock>(squares, scratch, SumOp{});
+    tile.pin();
+    const float rstd = rsqrtf(squares[0] / static_cast<float>(cols) + a.eps);
+    if (threadIdx.x == 0) {
+      if (a.mean != nullptr) a.mean[row] = mean;
+      if (a.rstd != nullptr) a.rstd[row] = rstd;
+    }
+    T* out = a.y + row * a.y_stride;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int c = TileT::col(j);
+      float b[N];  // held too, the bias would spill
+      load_floats<T>(a.bias + c, c < cols, b);
+      float v[N];
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        v[e] = fmaf((tile.get(j, e) - mean) * rstd, weight.get(j, e), b[e]);
+      store_floats<T>(out + c, c < cols, v);
     }
   }
 }
@@ -436,6 +505,15 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
             <<<grid_for((a.rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream>>>(a);
         return check_launch(op, stream);
       });
+    }
+    if (kNorm == Norm::kLayer && aligned) {
+      PipeLaunch plan;
+      auto kernel = layer_norm_pipelined<T>;
+      if (Status s = plan_pipelined(op, reinterpret_cast<const void*>(kernel), kPipeVecs,
+                                    kPipeThreads, 1, a.rows, a.cols, dtype, &plan);
+          !s.ok())
+        return s;
+      if (plan.blocks > 0) return launch_pipelined(op, kernel, plan, stream, a, plan.params);
     }
     auto kernel = aligned ? norm_streamed<kNorm, T, V> : norm_streamed<kNorm, T, 1>;
     StreamedLaunch launch;

@@ -10,6 +10,9 @@
 // - "streamed": one block per row walks the row in chunks of N elements (N = a 16-byte vector, or
 //   1 for misaligned rows) once per pass, re-reading it (from L2 when it fits) between passes.
 //   Used for misaligned rows and rows too long for registers.
+// - "pipelined" (softmax, softmax_backward and layer_norm on sm_90 and newer, row_pipeline.cuh):
+//   rows too long for the cached kernels arrive in shared memory by asynchronous bulk copies
+//   issued rows ahead, then are held in registers like the cached shape.
 // - "split" (the norm backward passes, sm_90 and newer): the cached shape, with each row shared
 //   by the blocks of a thread-block cluster, which add their partial sums through distributed
 //   shared memory. It keeps the parameter-gradient accumulators in registers for rows too long

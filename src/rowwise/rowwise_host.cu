@@ -12,6 +12,7 @@
 #include "core/numeric.cuh"
 #include "core/validate.h"
 #include "rowwise/row_common.cuh"
+#include "rowwise/row_pipeline.cuh"
 
 namespace cudaops::detail::rowwise {
 
@@ -60,10 +61,12 @@ Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t col
   return Status();
 }
 
-Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols,
-                   int* parts) {
-  *parts = 0;
-  if (cols <= part_cols || cols > kMaxSplit * part_cols) return Status();
+namespace {
+
+/// True when `kernel` may use clusters and bulk copies on the current device: sm_90 or newer,
+/// and an image compiled for it from sm_90 PTX or newer.
+Status sm90_image(const char* op, const void* kernel, cudaFuncAttributes* attributes, bool* ok) {
+  *ok = false;
   int device = 0;
   int major = 0;
   cudaError_t error = cudaGetDevice(&device);
@@ -72,13 +75,60 @@ Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t par
   }
   if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
   if (major < 9) return Status();
-  cudaFuncAttributes attributes = {};
-  error = cudaFuncGetAttributes(&attributes, kernel);
+  error = cudaFuncGetAttributes(attributes, kernel);
   if (error != cudaSuccess) return cuda_status(error, op, "querying the kernel");
-  // Both the PTX the image came from and the image itself must be sm_90 or newer: a kernel
-  // compiled from older PTX holds no cluster code.
-  if (attributes.ptxVersion < 90 || attributes.binaryVersion < 90) return Status();
+  *ok = attributes->ptxVersion >= 90 && attributes->binaryVersion >= 90;
+  return Status();
+}
+
+}  // namespace
+
+Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols,
+                   int* parts) {
+  *parts = 0;
+  if (cols <= part_cols || cols > kMaxSplit * part_cols) return Status();
+  cudaFuncAttributes attributes = {};
+  bool ok = false;
+  if (Status s = sm90_image(op, kernel, &attributes, &ok); !s.ok() || !ok) return s;
   *parts = static_cast<int>((cols + part_cols - 1) / part_cols);
+  return Status();
+}
+
+Status plan_pipelined(const char* op, const void* kernel, int vecs, int max_threads, int arrays,
+                      int64_t rows, int64_t cols, DType dtype, PipeLaunch* launch) {
+  *launch = PipeLaunch();
+  if (rows == 0 || cols == 0) return Status();
+  const int64_t size = dtype_size(dtype);
+  const int64_t vec = 16 / size;
+  if (cols % vec != 0) return Status();  // whole 16-byte vectors only
+  const int64_t chunks = cols / vec;
+  int64_t threads = (chunks + vecs - 1) / vecs;
+  threads = std::max<int64_t>((threads + 31) / 32 * 32, 64);
+  if (threads > max_threads) return Status();
+  cudaFuncAttributes attributes = {};
+  bool ok = false;
+  if (Status s = sm90_image(op, kernel, &attributes, &ok); !s.ok() || !ok) return s;
+  DeviceLimits limits;
+  if (Status s = current_device_limits(op, &limits); !s.ok()) return s;
+  const int64_t stage_bytes = int64_t{arrays} * cols * size;
+  const int64_t budget =
+      int64_t{limits.smem_optin} - static_cast<int64_t>(attributes.sharedSizeBytes);
+  const int64_t stages = std::min<int64_t>(kMaxStages, budget / stage_bytes);
+  if (stages < 1) return Status();
+  PipeLaunch plan;
+  plan.params.stages = static_cast<int>(stages);
+  plan.params.stage_elems = static_cast<int>(cols);
+  plan.threads = static_cast<int>(threads);
+  plan.smem = static_cast<size_t>(stages * stage_bytes);
+  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(plan.smem));
+  if (error != cudaSuccess) return cuda_status(error, op, "setting the shared-memory size");
+  int per_sm = 0;
+  error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, plan.threads, plan.smem);
+  if (error != cudaSuccess) return cuda_status(error, op, "sizing the launch");
+  if (per_sm < 1) return Status();
+  plan.blocks = static_cast<unsigned>(std::min<int64_t>(rows, int64_t{limits.sms} * per_sm));
+  *launch = plan;
   return Status();
 }
 

@@ -92,6 +92,41 @@ inline constexpr int kMaxSplit = 8;
 Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols, int* parts);
 
 // ---------------------------------------------------------------------------------------------
+// The pipelined kernels (row_pipeline.cuh).
+
+/// The most rows in flight per block.
+inline constexpr int kMaxStages = 4;
+/// The pipelined forward kernels' blocks: up to 1024 threads of 4 16-byte vectors each (32768
+/// 16-bit or 16384 float32 columns).
+inline constexpr int kPipeThreads = 1024;
+inline constexpr int kPipeVecs = 4;
+/// softmax_backward's: 512 threads of 8 (with two arrays, 1024 threads spill at 64 registers).
+inline constexpr int kPipeBackwardThreads = 512;
+inline constexpr int kPipeBackwardVecs = 8;
+
+/// The launch shape of a pipelined kernel, computed on the host (plan_pipelined).
+struct PipeParams {
+  int stages = 0;       ///< rows in flight per block (>= 1)
+  int stage_elems = 0;  ///< elements of one array in a stage (cols)
+};
+
+/// How a pipelined kernel is launched; blocks == 0 when the rows are not pipelined.
+struct PipeLaunch {
+  PipeParams params;
+  int threads = 0;      ///< per block
+  size_t smem = 0;      ///< dynamic shared memory per block
+  unsigned blocks = 0;  ///< persistent grid
+};
+
+/// Plans a pipelined launch of `kernel` (at most max_threads threads of `vecs` 16-byte vectors
+/// each) for rows x cols of dtype with `arrays` input arrays per stage, or leaves blocks at 0:
+/// a device older than sm_90, a kernel not built for it, cols not a whole number of 16-byte
+/// vectors, a row longer than the block holds, or no room for one stage. Sets the kernel's
+/// shared-memory limit to match.
+Status plan_pipelined(const char* op, const void* kernel, int vecs, int max_threads, int arrays,
+                      int64_t rows, int64_t cols, DType dtype, PipeLaunch* launch);
+
+// ---------------------------------------------------------------------------------------------
 // The backward passes of the norms: each of `units` row units (a warp or a block) owns a
 // partial row of `accumulators` x cols float32 sums in the workspace, written once; a second
 // kernel adds the units' partial rows column by column in a fixed order.

@@ -5,6 +5,7 @@
 #include "core/validate.h"
 #include "cudaops/rowwise.h"
 #include "rowwise/row_common.cuh"
+#include "rowwise/row_pipeline.cuh"
 #include "rowwise/rowwise_host.h"
 
 namespace cudaops {
@@ -106,6 +107,59 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// Rows brought in by the pipeline (row_pipeline.cuh), then the passes of softmax_cached over
+// registers. exp(v - max) needs no -inf case here: a -inf entry of a row with a finite max gives
+// exp(-inf) = 0, and a row whose max is -inf gives NaN outputs either way (0 / 0).
+template <typename T>
+__global__ void __launch_bounds__(kPipeThreads)
+    softmax_pipelined(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows, int cols,
+                      PipeParams params) {
+  constexpr int N = kVec16<T>;
+  constexpr int kVecs = kPipeVecs;
+  extern __shared__ float4 dynamic_smem[];
+  __shared__ uint64_t bars[kMaxStages];
+  __shared__ float scratch[kWarp];
+  RowPipeline<T, 1> pipe(reinterpret_cast<T*>(dynamic_smem), bars, params, {{x}, {x_stride}}, cols,
+                         rows);
+  pipe.start();
+  int i = 0;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, ++i) {
+    StagedTile<T, kVecs> tile;
+    pipe.wait(i);
+    tile.load(pipe.stage(i, 0), cols, from_float<T>(kNegInf));
+    pipe.release(i, row);
+    float max[1] = {kNegInf};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        max[0] = fmaxf(max[0], tile.get(j, e));
+    }
+    row_allreduce<kWholeBlock>(max, scratch, MaxOp{});
+    float v[kVecs][N];
+    float sum[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        v[j][e] = __expf(tile.get(j, e) - max[0]);
+        sum[0] += v[j][e];
+      }
+    }
+    row_allreduce<kWholeBlock>(sum, scratch, SumOp{});
+    const float inv = 1.0f / sum[0];
+    T* out = y + row * y_stride;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        v[j][e] *= inv;
+      const int c = StagedTile<T, kVecs>::col(j);
+      store_floats<T>(out + c, c < cols, v[j]);
+    }
+  }
+}
+
 template <typename T, int kThreads, int kVecs, int N>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     softmax_backward_cached(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
@@ -177,6 +231,50 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+// The pipelined softmax_backward: y and dy per stage.
+template <typename T>
+__global__ void __launch_bounds__(kPipeBackwardThreads)
+    softmax_backward_pipelined(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
+                               int64_t dx_stride, int64_t rows, int cols, PipeParams params) {
+  constexpr int N = kVec16<T>;
+  constexpr int kVecs = kPipeBackwardVecs;
+  extern __shared__ float4 dynamic_smem[];
+  __shared__ uint64_t bars[kMaxStages];
+  __shared__ float scratch[kWarp];
+  RowPipeline<T, 2> pipe(reinterpret_cast<T*>(dynamic_smem), bars, params,
+                         {{y, dy}, {y_stride, dy_stride}}, cols, rows);
+  pipe.start();
+  const T zero = from_float<T>(0.0f);
+  int i = 0;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, ++i) {
+    StagedTile<T, kVecs> ty, tdy;
+    pipe.wait(i);
+    ty.load(pipe.stage(i, 0), cols, zero);
+    tdy.load(pipe.stage(i, 1), cols, zero);
+    pipe.release(i, row);
+    float dot[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        dot[0] = fmaf(ty.get(j, e), tdy.get(j, e), dot[0]);
+    }
+    row_allreduce<kWholeBlock>(dot, scratch, SumOp{});
+    ty.pin();
+    tdy.pin();
+    T* out = dx + row * dx_stride;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      float v[N];
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        v[e] = ty.get(j, e) * (tdy.get(j, e) - dot[0]);
+      const int c = StagedTile<T, kVecs>::col(j);
+      store_floats<T>(out + c, c < cols, v);
+    }
+  }
+}
+
 }  // namespace
 
 const void* softmax_family_kernel() {
@@ -212,6 +310,18 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
                 in, x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
         return detail::check_launch(kOp, stream);
       });
+    }
+    if (aligned) {
+      PipeLaunch plan;
+      auto kernel = softmax_pipelined<T>;
+      if (Status s = plan_pipelined(kOp, reinterpret_cast<const void*>(kernel), kPipeVecs,
+                                    kPipeThreads, 1, rows, cols, dtype, &plan);
+          !s.ok())
+        return s;
+      if (plan.blocks > 0) {
+        return launch_pipelined(kOp, kernel, plan, stream, in, x.row_stride, out, y.row_stride,
+                                rows, static_cast<int>(cols), plan.params);
+      }
     }
     auto kernel = aligned ? softmax_streamed<T, V> : softmax_streamed<T, 1>;
     StreamedLaunch launch;
@@ -257,6 +367,18 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
                 static_cast<int>(cols));
         return detail::check_launch(kOp, stream);
       });
+    }
+    if (aligned) {
+      PipeLaunch plan;
+      auto kernel = softmax_backward_pipelined<T>;
+      if (Status s = plan_pipelined(kOp, reinterpret_cast<const void*>(kernel), kPipeBackwardVecs,
+                                    kPipeBackwardThreads, 2, rows, cols, dtype, &plan);
+          !s.ok())
+        return s;
+      if (plan.blocks > 0) {
+        return launch_pipelined(kOp, kernel, plan, stream, py, y.row_stride, pdy, dy.row_stride,
+                                pdx, dx.row_stride, rows, static_cast<int>(cols), plan.params);
+      }
     }
     auto kernel = aligned ? softmax_backward_streamed<T, V> : softmax_backward_streamed<T, 1>;
     StreamedLaunch launch;

@@ -96,6 +96,25 @@ std::vector<Case> ShapeCases() {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseShapes, ::testing::ValuesIn(ShapeCases()));
 
+// Long rows on many more rows than the grid has blocks, so that every stage of the pipelined
+// kernels (sm_90 and newer) is reused, with a row stride past cols.
+class RowwiseManyLongRows : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RowwiseManyLongRows, MatchesReference) {
+  EXPECT_TRUE(CheckCase(GetParam(), nullptr));
+}
+
+std::vector<Case> ManyLongRowCases() {
+  std::vector<Case> cases;
+  for (const char* op : kOps) {
+    for (DType dtype : kDtypes)
+      cases.push_back({op, dtype, 600, 16392, 8, 0});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseManyLongRows, ::testing::ValuesIn(ManyLongRowCases()));
+
 class RowwiseOps : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RowwiseOps, NonDefaultStream) {

@@ -1,0 +1,304 @@
+#pragma once
+
+// The pipelined shape of the row-wise kernels (sm_90 and newer), for rows too long for the cached
+// kernels: a persistent grid of one block per SM, each block walking its rows with the next ones
+// already on their way. Each block owns `stages` buffers of shared memory; one thread asks the
+// copy engine for a row (one asynchronous bulk copy per input array, completing on the stage's
+// mbarrier). The block waits for its row, moves it into registers (a StagedTile: kVecs 16-byte
+// vectors per thread, as the cached kernels hold a row) and hands the stage back at once, so the
+// copy of a later row is under way while the block reduces and writes this one. Loads therefore
+// never wait for the reductions, and even a single stage (two arrays of a 32768-wide bf16 row)
+// keeps a row in flight per SM. Rows are whole 16-byte vectors (cols a multiple of the vector,
+// every row 16-byte aligned); other rows go to the streamed kernels.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "rowwise/row_common.cuh"
+
+namespace cudaops::detail::rowwise {
+
+// ---------------------------------------------------------------------------------------------
+// mbarriers and bulk copies (PTX ISA 8.0, sm_90).
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count)
+               : "memory");
+#else
+  (void)bar;
+  (void)count;
+#endif
+}
+
+/// Makes initialised mbarriers visible to the copy engine (and to the cluster).
+__device__ __forceinline__ void mbarrier_init_fence() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+/// Arrives on the barrier and tells it to expect `bytes` more from bulk copies in this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect(uint64_t* bar, uint32_t bytes) {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)),
+      "r"(bytes)
+      : "memory");
+#else
+  (void)bar;
+  (void)bytes;
+#endif
+}
+
+/// Waits until the barrier's phase with the given parity has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(shared_address(bar)),
+      "r"(parity)
+      : "memory");
+#else
+  (void)bar;
+  (void)parity;
+#endif
+}
+
+/// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared
+/// memory, completing on `bar`.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(shared_address(dst)),
+      "l"(src), "r"(bytes), "r"(shared_address(bar))
+      : "memory");
+#else
+  (void)dst;
+  (void)src;
+  (void)bytes;
+  (void)bar;
+  __trap();  // pipelined kernels are only launched where they were built for sm_90 or newer
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// The rows of kArrays input matrices (each row 16-byte aligned) that a pipelined kernel reads.
+template <typename T, int kArrays>
+struct PipeInputs {
+  const T* data[kArrays];
+  int64_t stride[kArrays];
+};
+
+/// One block's pipeline over its rows (blockIdx.x, then every gridDim.x-th) of `rows` rows of
+/// `cols` elements. Every thread of the block constructs it and calls start() once, then for its
+/// i-th row (i = 0, 1, ...): wait(i), its reads of stage(i, a), and release(i, row).
+template <typename T, int kArrays>
+class RowPipeline {
+ public:
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+  __device__ RowPipeline(T* smem, uint64_t* bars, const PipeParams& params,
+                         const PipeInputs<T, kArrays>& inputs, int cols, int64_t rows)
+      : smem_(smem),
+        bars_(bars),
+        params_(params),
+        inputs_(inputs),
+        bytes_(static_cast<uint32_t>(cols / kVec * kVec * static_cast<int>(sizeof(T)))),
+        first_(blockIdx.x),
+        step_(gridDim.x),
+        rows_(rows) {}
+
+  /// Initialises the barriers and asks for the first rows. Ends with a block barrier.
+  __device__ void start() {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < params_.stages; ++s)
+        mbarrier_init(&bars_[s], 1);
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < params_.stages; ++s) {
+        const int64_t row = first_ + s * step_;
+        if (row < rows_) issue(row, s);
+      }
+    }
+  }
+
+  /// The block's part of array a of its i-th row, once wait(i) has returned.
+  __device__ const T* stage(int i, int a) const {
+    const int s = i % params_.stages;
+    return smem_ + static_cast<int64_t>(s * kArrays + a) * params_.stage_elems;
+  }
+
+  __device__ void wait(int i) {
+    mbarrier_wait(&bars_[i % params_.stages], static_cast<uint32_t>((i / params_.stages) & 1));
+  }
+
+  /// Hands the stage of the i-th row (`row`) back for the row `stages` further on. Starts with a
+  /// block barrier: every thread has finished reading the stage.
+  __device__ void release(int i, int64_t row) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int64_t next = row + params_.stages * step_;
+      if (next < rows_) issue(next, i % params_.stages);
+    }
+  }
+
+ private:
+  __device__ void issue(int64_t row, int s) {
+    uint64_t* bar = &bars_[s];
+    mbarrier_arrive_expect(bar, bytes_ * kArrays);
+    if (bytes_ == 0) return;
+#pragma unroll
+    for (int a = 0; a < kArrays; ++a) {
+      bulk_copy(smem_ + static_cast<int64_t>(s * kArrays + a) * params_.stage_elems,
+                inputs_.data[a] + row * inputs_.stride[a], bytes_, bar);
+    }
+  }
+
+  T* smem_;
+  uint64_t* bars_;
+  PipeParams params_;
+  PipeInputs<T, kArrays> inputs_;
+  uint32_t bytes_;
+  int64_t first_;
+  int64_t step_;
+  int64_t rows_;
+};
+
+/// The bits of element e of a 16-byte vector of T held as four 32-bit words, as float32.
+template <typename T>
+__device__ __forceinline__ float word_element(const uint4& words, int e) {
+  const uint32_t w[4] = {words.x, words.y, words.z, words.w};
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(w[e]);
+  } else {
+    const uint32_t word = w[e / 2];
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      return __uint_as_float((e & 1) != 0 ? word & 0xffff0000u : word << 16);
+    } else {
+      return __half2float(__ushort_as_half(
+          static_cast<unsigned short>((e & 1) != 0 ? word >> 16 : word & 0xffffu)));
+    }
+  }
+}
+
+/// The bits of T: 16 or 32 of them.
+template <typename T>
+__device__ __forceinline__ uint32_t element_bits(T x) {
+  if constexpr (sizeof(T) == 4) {
+    return __float_as_uint(x);
+  } else {
+    unsigned short bits;
+    memcpy(&bits, &x, 2);
+    return bits;
+  }
+}
+
+/// Sixteen bytes of `fill`.
+template <typename T>
+__device__ __forceinline__ uint4 fill_vector(T fill) {
+  uint32_t word = element_bits<T>(fill);
+  if constexpr (sizeof(T) == 2) word |= word << 16;
+  return make_uint4(word, word, word, word);
+}
+
+/// A row as a thread of a pipelined kernel holds it: chunk j of thread t is the 16-byte vector at
+/// column (j * blockDim.x + t) * N, kept as four 32-bit words (a vector of 16-bit elements would
+/// be split into one register per element).
+template <typename T, int kVecs>
+struct StagedTile {
+  static constexpr int N = kVec16<T>;
+  uint4 raw[kVecs];
+
+  __device__ __forceinline__ static int col(int j) {
+    return (j * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * N;
+  }
+
+  /// The thread's chunks from the stage (cols a multiple of N); `fill` past cols.
+  __device__ __forceinline__ void load(const T* stage, int cols, T fill) {
+    const uint4 filled = fill_vector<T>(fill);
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int c = col(j);
+      raw[j] = c < cols ? *reinterpret_cast<const uint4*>(stage + c) : filled;
+    }
+  }
+
+  /// The thread's chunks of a cols-long vector in global memory (weights), 0 past cols.
+  __device__ __forceinline__ void load_global(const T* p, int cols) {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int c = col(j);
+      raw[j] = c < cols ? *reinterpret_cast<const uint4*>(p + c) : make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  __device__ __forceinline__ float get(int j, int e) const {
+    return word_element<T>(raw[j], e);
+  }
+
+  /// Makes the held values opaque to the compiler, so that a later pass converts them again
+  /// rather than keeping the float32 values of an earlier pass alive (twice the registers for
+  /// 16-bit types).
+  __device__ __forceinline__ void pin() {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+      asm volatile("" : "+r"(raw[j].x), "+r"(raw[j].y), "+r"(raw[j].z), "+r"(raw[j].w));
+  }
+
+  __device__ __forceinline__ static bool valid(int j, int cols) {
+    return col(j) < cols;
+  }
+};
+
+/// The 16-byte vector of T at p (16-byte aligned) as N floats; zeros when !inside.
+template <typename T>
+__device__ __forceinline__ void load_floats(const T* p, bool inside, float (&v)[kVec16<T>]) {
+  const uint4 words = inside ? *reinterpret_cast<const uint4*>(p) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int e = 0; e < kVec16<T>; ++e)
+    v[e] = word_element<T>(words, e);
+}
+
+/// N floats rounded to T, stored as one 16-byte vector at p (16-byte aligned) when `inside`.
+template <typename T>
+__device__ __forceinline__ void store_floats(T* p, bool inside, const float (&v)[kVec16<T>]) {
+  if (!inside) return;
+  Vec<T, kVec16<T>> out;
+#pragma unroll
+  for (int e = 0; e < kVec16<T>; ++e)
+    out.v[e] = from_float<T>(v[e]);
+  store_vec<T, kVec16<T>>(p, out);
+}
+
+}  // namespace cudaops::detail::rowwise
+
+// ---------------------------------------------------------------------------------------------
+// Host.
+
+namespace cudaops::detail::rowwise {
+
+/// Launches a pipelined kernel as planned.
+template <typename... Params, typename... Args>
+Status launch_pipelined(const char* op, void (*kernel)(Params...), const PipeLaunch& plan,
+                        cudaStream_t stream, Args... args) {
+  kernel<<<plan.blocks, plan.threads, plan.smem, stream>>>(static_cast<Params>(args)...);
+  return check_launch(op, stream);
+}
+
+}  // namespace cudaops::detail::rowwise
