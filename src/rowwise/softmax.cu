@@ -20,6 +20,40 @@ __device__ __forceinline__ float exp_shifted(float v, float max) {
   return v == kNegInf ? 0.0f : __expf(v - max);
 }
 
+// The softmax of a row held in registers (a Tile or a StagedTile: chunks j < kVecs of N elements)
+// into v, reduced over the row's kReduce threads (row_allreduce). exp(x - max) needs no -inf case
+// here: a -inf entry (or fill) of a row with a finite max gives exp(-inf) = 0, and a row whose
+// max is -inf gives NaN outputs either way (0 / 0).
+template <int kReduce, int kVecs, int N, class TileT>
+__device__ __forceinline__ void softmax_of_tile(const TileT& tile, float (&v)[kVecs][N],
+                                                float* scratch) {
+  float max[1] = {kNegInf};
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      max[0] = fmaxf(max[0], tile.get(j, e));
+  }
+  row_allreduce<kReduce>(max, scratch, MaxOp{});
+  float sum[1] = {0.0f};
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      v[j][e] = __expf(tile.get(j, e) - max[0]);
+      sum[0] += v[j][e];
+    }
+  }
+  row_allreduce<kReduce>(sum, scratch, SumOp{});
+  const float inv = 1.0f / sum[0];
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      v[j][e] *= inv;
+  }
+}
+
 template <typename T, int kThreads, int kVecs, int N>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     softmax_cached(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows, int cols) {
@@ -30,32 +64,8 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
        row += static_cast<int64_t>(gridDim.x) * kRows) {
     Tile<T, kThreads, kVecs, N> tile;
     tile.load(x + row * x_stride, cols, t, from_float<T>(kNegInf));
-    float max[1] = {kNegInf};
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-      for (int e = 0; e < N; ++e)
-        max[0] = fmaxf(max[0], tile.get(j, e));
-    }
-    row_allreduce<kThreads>(max, scratch, MaxOp{});
     float v[kVecs][N];
-    float sum[1] = {0.0f};
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        v[j][e] = exp_shifted(tile.get(j, e), max[0]);
-        sum[0] += v[j][e];
-      }
-    }
-    row_allreduce<kThreads>(sum, scratch, SumOp{});
-    const float inv = 1.0f / sum[0];
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-      for (int e = 0; e < N; ++e)
-        v[j][e] *= inv;
-    }
+    softmax_of_tile<kThreads>(tile, v, scratch);
     store_tile<T, kThreads, kVecs, N>(y + row * y_stride, cols, t, v);
   }
 }
@@ -107,9 +117,7 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// Rows brought in by the pipeline (row_pipeline.cuh), then the passes of softmax_cached over
-// registers. exp(v - max) needs no -inf case here: a -inf entry of a row with a finite max gives
-// exp(-inf) = 0, and a row whose max is -inf gives NaN outputs either way (0 / 0).
+// Rows brought in by the pipeline (row_pipeline.cuh), then softmax_cached's passes over registers.
 template <typename T>
 __global__ void __launch_bounds__(kPipeThreads)
     softmax_pipelined(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows, int cols,
@@ -128,32 +136,11 @@ __global__ void __launch_bounds__(kPipeThreads)
     pipe.wait(i);
     tile.load(pipe.stage(i, 0), cols, from_float<T>(kNegInf));
     pipe.release(i, row);
-    float max[1] = {kNegInf};
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-      for (int e = 0; e < N; ++e)
-        max[0] = fmaxf(max[0], tile.get(j, e));
-    }
-    row_allreduce<kWholeBlock>(max, scratch, MaxOp{});
     float v[kVecs][N];
-    float sum[1] = {0.0f};
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        v[j][e] = __expf(tile.get(j, e) - max[0]);
-        sum[0] += v[j][e];
-      }
-    }
-    row_allreduce<kWholeBlock>(sum, scratch, SumOp{});
-    const float inv = 1.0f / sum[0];
+    softmax_of_tile<kWholeBlock>(tile, v, scratch);
     T* out = y + row * y_stride;
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-      for (int e = 0; e < N; ++e)
-        v[j][e] *= inv;
       const int c = StagedTile<T, kVecs>::col(j);
       store_floats<T>(out + c, c < cols, v[j]);
     }
