@@ -104,20 +104,20 @@ struct PipeInputs {
 };
 
 /// One block's pipeline over its rows (blockIdx.x, then every gridDim.x-th) of `rows` rows of
-/// `cols` elements. Every thread of the block constructs it and calls start() once, then for its
-/// i-th row (i = 0, 1, ...): wait(i), its reads of stage(i, a), and release(i, row).
+/// `cols` elements (a whole number of 16-byte vectors). Every thread of the block constructs it and
+/// calls start() once, then for its i-th row (i = 0, 1, ...): wait(i), its reads of stage(i, a),
+/// and release(i, row).
 template <typename T, int kArrays>
 class RowPipeline {
  public:
-  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-
   __device__ RowPipeline(T* smem, uint64_t* bars, const PipeParams& params,
                          const PipeInputs<T, kArrays>& inputs, int cols, int64_t rows)
       : smem_(smem),
         bars_(bars),
         params_(params),
         inputs_(inputs),
-        bytes_(static_cast<uint32_t>(cols / kVec * kVec * static_cast<int>(sizeof(T)))),
+        cols_(cols),
+        bytes_(static_cast<uint32_t>(cols) * static_cast<uint32_t>(sizeof(T))),
         first_(blockIdx.x),
         step_(gridDim.x),
         rows_(rows) {}
@@ -138,11 +138,8 @@ class RowPipeline {
     }
   }
 
-  /// The block's part of array a of its i-th row, once wait(i) has returned.
-  __device__ const T* stage(int i, int a) const {
-    const int s = i % params_.stages;
-    return smem_ + static_cast<int64_t>(s * kArrays + a) * params_.stage_elems;
-  }
+  /// Array a of the block's i-th row, once wait(i) has returned.
+  __device__ const T* stage(int i, int a) const { return buffer(i % params_.stages, a); }
 
   __device__ void wait(int i) {
     mbarrier_wait(&bars_[i % params_.stages], static_cast<uint32_t>((i / params_.stages) & 1));
@@ -162,18 +159,20 @@ class RowPipeline {
   __device__ void issue(int64_t row, int s) {
     uint64_t* bar = &bars_[s];
     mbarrier_arrive_expect(bar, bytes_ * kArrays);
-    if (bytes_ == 0) return;
 #pragma unroll
-    for (int a = 0; a < kArrays; ++a) {
-      bulk_copy(smem_ + static_cast<int64_t>(s * kArrays + a) * params_.stage_elems,
-                inputs_.data[a] + row * inputs_.stride[a], bytes_, bar);
-    }
+    for (int a = 0; a < kArrays; ++a)
+      bulk_copy(buffer(s, a), inputs_.data[a] + row * inputs_.stride[a], bytes_, bar);
+  }
+
+  __device__ T* buffer(int s, int a) const {
+    return smem_ + static_cast<int64_t>(s * kArrays + a) * cols_;
   }
 
   T* smem_;
   uint64_t* bars_;
   PipeParams params_;
   PipeInputs<T, kArrays> inputs_;
+  int cols_;
   uint32_t bytes_;
   int64_t first_;
   int64_t step_;

@@ -117,7 +117,6 @@ Status plan_pipelined(const char* op, const void* kernel, int vecs, int max_thre
   if (stages < 1) return Status();
   PipeLaunch plan;
   plan.params.stages = static_cast<int>(stages);
-  plan.params.stage_elems = static_cast<int>(cols);
   plan.threads = static_cast<int>(threads);
   plan.smem = static_cast<size_t>(stages * stage_bytes);
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

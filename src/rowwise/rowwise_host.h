@@ -106,8 +106,7 @@ inline constexpr int kPipeBackwardVecs = 8;
 
 /// The launch shape of a pipelined kernel, computed on the host (plan_pipelined).
 struct PipeParams {
-  int stages = 0;       ///< rows in flight per block (>= 1)
-  int stage_elems = 0;  ///< elements of one array in a stage (cols)
+  int stages = 0;  ///< rows in flight per block (>= 1); each stage holds a row of every array
 };
 
 /// How a pipelined kernel is launched; blocks == 0 when the rows are not pipelined.
