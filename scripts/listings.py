@@ -48,6 +48,10 @@ SPILL_ALLOWED = [
      "registers); 96 bytes of temporaries go to local memory, which stays in L1. With 1024 "
      "threads (64 registers) it spilled less but ran slower: 81.8% against 86.3% of copy at "
      "4096 x 32768 bf16 on an H100"),
+    (r"topk_values_kernel<",
+     "each thread holds 32 keys of its tile in registers, capped at 64 by two 512-thread (or "
+     "eight 128-thread) blocks per SM; 4 to 24 bytes of loop state go to local memory, which "
+     "stays in L1"),
     (r"layer_norm_pipelined<__nv_bfloat16>",
      "1024 threads cap it at 64 registers, holding the row and the weight; 8 bytes of loop state "
      "stay in local memory (L1)"),

@@ -1,26 +1,28 @@
-// Row-wise top-k by radix selection in shared memory.
+// Row-wise top-k.
 //
 // Every element becomes a 32-bit key whose unsigned order is the rank order (for the k largest,
-// the order of the values; for the k smallest, its reverse), so that every case is "the k largest
-// keys, ties to the lower column". One thread block selects from one tile of a row held in
-// shared memory:
-//   1. the histogram of the key's top 11 bits is counted while the tile is loaded, the bin
-//      holding the k-th key is found by a block scan, then the next 11 and the last 10 bits are
-//      counted among the keys of that prefix only, until the bin is taken whole or the k-th key is
-//      known exactly (3 passes at most);
-//   2. the tile is compacted in column order: every key above the threshold, and the first
-//      `need` keys equal to it (a ballot rank per warp, a scan of the warps' counts);
-//   3. the last level sorts its k results by (key, column) with a bitonic sort in shared memory
-//      (one warp when k <= 64).
-// Rows longer than a tile are cut into tiles whose k best (key, column) pairs go to the
-// workspace; the pairs of each row are then selected again, tile by tile, until one tile holds
-// them all. Pairs stay in column order through every level, so ties still go to the lower column.
+// the order of the values; for the k smallest, its reverse), and an item (key << 32 | ~column)
+// whose descending order is the rank order with ties to the lower column; so every case is "the
+// k largest items", and item 0 (below every element) pads.
+//
+// A block selects from a tile: values of a row (level 0: at most kValueTile, 32 per thread,
+// held in registers) or the items that tiles of the previous level left (later levels, in
+// shared memory).
+//   1. A lower bound of the tile's k-th key: the maxima of disjoint groups of elements are
+//      elements, so the k-th largest of the block's group maxima leaves at least k keys at or
+//      above it. With four groups per wanted key, about 1.15 k keys of random data pass. The
+//      bound is found bit by bit, 16 bits below the highest bit where the maxima differ, with
+//      one block count per bit.
+//   2. The keys at or above the bound are the tile's candidates. A tile that is not its row's
+//      last leaves them (at most slot_items(k), in any order) for the next level; the last sorts
+//      them with a bitonic sort and writes the first k (unsorted results: re-sorted by column).
+//   3. When too many pass (ties, adversarial data), a value tile goes to shared memory and is
+//      selected exactly by radix selection (11-bit digits, 3 passes at most) and compacted in
+//      column order; a tile of items is sorted whole.
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
 #include <limits>
-#include <sstream>
-#include <vector>
 
 #include "core/dispatch.cuh"
 #include "core/kernel_families.h"
@@ -35,17 +37,20 @@ namespace cudaops {
 namespace detail::topk {
 namespace {
 
-// Threads per block: 128 for tiles of at most kSmallTile elements when k is at most kSmallK,
-// where four warps have enough work and more blocks fit on an SM (one wave for 1024 rows of
-// 4096 on an H100: 36.5 -> 26.1 us); 512 otherwise. With 128 threads a large k costs more than
-// it saves (its sort and compaction: 64 x 65536, k = 1024 went from 41.7 to 53.3 us).
+// Threads per value tile: 128 for tiles of at most kSmallTile values when k is at most kSmallK,
+// where four warps have enough work and more blocks fit on an SM; 512 otherwise. Each thread
+// holds kPerThread values.
 constexpr int kWideThreads = 512;
 constexpr int kNarrowThreads = 128;
 constexpr int kSmallTile = 4096;
 constexpr int kSmallK = 256;
-constexpr int kBins = 2048;           // 11-bit digits
-constexpr uint32_t kSentinelKey = 0;  // below every element's key
-constexpr uint32_t kSentinelIndex = 0xffffffffu;
+constexpr int kPerThread = 32;
+constexpr int kGatherThreads = 512;
+constexpr int kBins = 2048;       // 11-bit digits
+constexpr int kBoundBits = 16;    // bits the bound search resolves
+constexpr int kGroupsPerKey = 4;  // group maxima per wanted key, at most 8 per thread
+static_assert(kWideThreads * kPerThread == kValueTile, "a wide block holds a whole tile");
+static_assert(kNarrowThreads * kPerThread == kSmallTile, "a narrow block holds a small tile");
 
 // ---- keys -------------------------------------------------------------------------------------
 
@@ -53,10 +58,12 @@ constexpr uint32_t kSentinelIndex = 0xffffffffu;
 // for the largest (0xffffffff) and below every number when looking for the smallest (1); 0 is
 // left to the sentinel of unused pair slots.
 __device__ __forceinline__ uint32_t encode(float f, bool largest) {
-  if (f != f) return largest ? 0xffffffffu : 1u;
+  // Selects rather than branches: this runs once per element.
   const uint32_t bits = __float_as_uint(f);
-  const uint32_t ordered = (bits & 0x80000000u) != 0 ? ~bits : (bits | 0x80000000u);
-  return largest ? ordered : ~ordered;
+  const uint32_t ordered =
+      bits ^ (static_cast<uint32_t>(static_cast<int32_t>(bits) >> 31) | 0x80000000u);
+  const uint32_t key = largest ? ordered : ~ordered;
+  return f != f ? (largest ? 0xffffffffu : 1u) : key;
 }
 
 __device__ __forceinline__ float decode(uint32_t key, bool largest) {
@@ -71,13 +78,18 @@ __device__ __forceinline__ float decode(uint32_t key, bool largest) {
 template <int kThreads>
 struct SelectShared {
   static constexpr int kWarps = kThreads / 32;
-  uint32_t hist[kBins];
+  union {
+    uint32_t hist[kBins];
+    uint4 maxima[2 * kThreads];  // the bound search's group maxima: [thread][group / 4]
+  };
   typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
   uint32_t warp_gt[kWarps];
   uint32_t warp_eq[kWarps];
-  uint32_t bin;    // the bin holding the k-th key
-  uint32_t above;  // keys in the bins above it
-  uint32_t count;  // keys in it
+  uint32_t partial[2][kWarps];  // per-warp counts of the bound search (double-buffered)
+  uint32_t spread[3][kWarps];   // per-warp largest and smallest maxima, non-empty groups
+  uint32_t bin;                 // the bin holding the k-th key
+  uint32_t above;               // keys in the bins above it
+  uint32_t count;               // keys in it
 };
 
 // What the selection found: a key is taken when (key >> shift) > prefix, or when it equals
@@ -207,144 +219,70 @@ __device__ void compact(const uint32_t* keys, int n, Threshold th, SelectShared<
   }
 }
 
-// ---- loading a tile ---------------------------------------------------------------------------
+// ---- items ------------------------------------------------------------------------------------
 
-// Keys of row[0, len) into keys[], counting the histogram of their top 11 bits.
-// (Plain shared atomics: aggregating equal bins per warp with __match_any_sync measured slower
-// on an H100, see bench/RESULTS.md.)
-template <int kThreads, typename T>
-__device__ void load_values(const T* __restrict__ row, int len, bool largest, uint32_t* keys,
-                            uint32_t* hist) {
-  constexpr int V = kVec16<T>;
-  constexpr int kUnroll = 4;
-  const uintptr_t misalign = (reinterpret_cast<uintptr_t>(row) % 16) / sizeof(T);
-  const int head = min(len, misalign == 0 ? 0 : static_cast<int>(V - misalign));
-  auto put = [&](int i, T value) {
-    const uint32_t key = encode(to_float(value), largest);
-    keys[i] = key;
-    atomicAdd(&hist[key >> 21], 1u);
-  };
-  // Keys of a whole vector go to shared memory 16 bytes at a time when the tile allows it.
-  const bool wide_stores = head % 4 == 0;
-  for (int i = threadIdx.x; i < head; i += kThreads)
-    put(i, row[i]);
-  const T* body = row + head;
-  const int vectors = (len - head) / V;
-  for (int v0 = threadIdx.x; v0 < vectors; v0 += kThreads * kUnroll) {
-    Vec<T, V> x[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = v0 + u * kThreads;
-      if (v < vectors) x[u] = load_vec<T, V>(body + static_cast<int64_t>(v) * V);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int v = v0 + u * kThreads;
-      if (v < vectors) {
-        uint32_t k[V];
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          k[j] = encode(to_float(x[u].v[j]), largest);
-          atomicAdd(&hist[k[j] >> 21], 1u);
-        }
-        uint32_t* out = keys + head + v * V;
-        if (wide_stores) {
-#pragma unroll
-          for (int j = 0; j < V; j += 4)
-            *reinterpret_cast<uint4*>(out + j) = make_uint4(k[j], k[j + 1], k[j + 2], k[j + 3]);
-        } else {
-#pragma unroll
-          for (int j = 0; j < V; ++j)
-            out[j] = k[j];
-        }
-      }
-    }
-  }
-  for (int i = head + vectors * V + threadIdx.x; i < len; i += kThreads)
-    put(i, row[i]);
+__device__ __forceinline__ uint64_t make_item(uint32_t key, uint32_t column) {
+  return (static_cast<uint64_t>(key) << 32) | static_cast<uint32_t>(~column);
+}
+__device__ __forceinline__ uint32_t item_key(uint64_t item) {
+  return static_cast<uint32_t>(item >> 32);
+}
+__device__ __forceinline__ uint32_t item_column(uint64_t item) {
+  return ~static_cast<uint32_t>(item);
 }
 
-// (key, column) pairs [0, len) into keys[] and columns[], counting the histogram.
-template <int kThreads>
-__device__ void load_pairs(const uint32_t* __restrict__ in_keys,
-                           const uint32_t* __restrict__ in_columns, int len, uint32_t* keys,
-                           uint32_t* columns, uint32_t* hist) {
-  constexpr int kUnroll = 4;
-  for (int i0 = threadIdx.x; i0 < len; i0 += kThreads * kUnroll) {
-    uint32_t k[kUnroll], c[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = i0 + u * kThreads;
-      if (i < len) {
-        k[u] = in_keys[i];
-        c[u] = in_columns[i];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = i0 + u * kThreads;
-      if (i < len) {
-        keys[i] = k[u];
-        columns[i] = c[u];
-        atomicAdd(&hist[k[u] >> 21], 1u);
-      }
-    }
-  }
+__device__ __forceinline__ int pow2_at_least(int n) {
+  return n <= 1 ? 1 : 1 << (32 - __clz(n - 1));
 }
 
-// ---- the kernel -------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t warp_sum(uint32_t v) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_add_sync(0xffffffffu, v);
+#else
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+#endif
+}
 
-// Where a level's tiles come from: the matrix itself, or the pairs of the previous level.
-template <typename T>
-struct Source {
-  const T* x = nullptr;  // values: row r at x + r * x_stride
-  int64_t x_stride = 0;
-  const uint32_t* keys = nullptr;  // pairs: row r at keys/columns + r * n
-  const uint32_t* columns = nullptr;
-};
-
-// Where a level's results go: pairs for the next level, or the caller's values and indices.
-template <typename T>
-struct Sink {
-  uint32_t* keys = nullptr;  // pairs: tile t of row r at + (r * tiles + t) * k
-  uint32_t* columns = nullptr;
-  T* values = nullptr;
-  int64_t values_stride = 0;
-  void* indices = nullptr;
-  int64_t indices_stride = 0;
-  bool index64 = true;
-};
-
-struct Shape {
-  int64_t row0;  // first row of this launch
-  int64_t n;     // elements (or pairs) per row at this level
-  int tile;      // elements per tile (the last tile of a row may be shorter)
-  int tiles;     // tiles per row
-  int k;
-  bool largest;
-};
-
-// Sorts buf[0, m) (m a power of two) in descending order, bitonically: one warp when m <= 64
-// (no block barriers), else the whole block.
-template <int kThreads>
+// Sorts buf[0, m) (m a power of two) in descending order of the items (kByColumn: of their low
+// words, ~column, so ascending columns), bitonically: one warp when m <= 256; else warp w owns
+// the contiguous chunk [w * chunk, (w + 1) * chunk) of items, chunk >= 64, and does the
+// compare-exchanges inside it, so the stages whose pairs stay in a chunk need only a warp
+// barrier, and a block barrier is needed only around the others (for m = 2048 on 16 warps, 10
+// of 66).
+template <int kThreads, bool kByColumn>
 __device__ void bitonic_sort_descending(uint64_t* buf, int m) {
-  const bool one_warp = m <= 64;
-  if (one_warp && threadIdx.x >= 32) return;
-  const int workers = one_warp ? 32 : kThreads;
+  constexpr int kWarps = kThreads / 32;
+  const int warps = m <= 256 ? 1 : min(kWarps, m / 64);  // warps at work
+  const int chunk = m / warps;  // items per warp, a power of two >= 64 (or m, one warp)
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const bool working = warp < warps && m >= 2;
+  const bool one_warp = warps == 1;
+  if (one_warp && !working) return;      // nothing but warp barriers follow
+  const int first = warp * (chunk / 2);  // the warp's first compare-exchange
   for (int size = 2; size <= m; size <<= 1) {
     for (int stride = size / 2; stride > 0; stride >>= 1) {
-      for (int i = threadIdx.x; i < m / 2; i += workers) {
-        const int lo = 2 * i - (i & (stride - 1));
-        const int hi = lo + stride;
-        const bool descending = (lo & size) == 0;
-        const uint64_t a = buf[lo];
-        const uint64_t b = buf[hi];
-        if ((a < b) == descending) {
-          buf[lo] = b;
-          buf[hi] = a;
+      if (working) {
+        for (int c = lane; c < chunk / 2; c += 32) {
+          const int i = first + c;
+          const int lo = 2 * i - (i & (stride - 1));
+          const int hi = lo + stride;
+          const bool descending = (lo & size) == 0;
+          const uint64_t a = buf[lo];
+          const uint64_t b = buf[hi];
+          const bool less = kByColumn ? static_cast<uint32_t>(a) < static_cast<uint32_t>(b) : a < b;
+          if (less == descending) {
+            buf[lo] = b;
+            buf[hi] = a;
+          }
         }
       }
-      if (one_warp) {
+      // The next stage: (size, stride / 2), or (2 * size, size) after stride 1.
+      const int next = stride > 1 ? stride / 2 : size;
+      if (one_warp || (2 * stride <= chunk && 2 * next <= chunk)) {
         __syncwarp();
       } else {
         __syncthreads();
@@ -353,157 +291,535 @@ __device__ void bitonic_sort_descending(uint64_t* buf, int m) {
   }
 }
 
-// kPairs: the tile holds pairs (else values of T). kFinal: results to values/indices (else to
-// the pairs of the next level). kSorted (final only): in rank order (else in column order).
-// kThreads: threads per block. Dynamic shared memory: the tile's keys, then (pairs) its
-// columns, then (sorted) the sort buffer of pow2(k) (key, ~column) items.
-template <typename T, bool kPairs, bool kFinal, bool kSorted, int kThreads>
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
-    topk_tile_kernel(Source<T> source, Sink<T> sink, Shape shape) {
-  extern __shared__ __align__(16) uint32_t tile_keys[];
+// ---- the bound ----------------------------------------------------------------------------------
+
+// Groups of maxima per thread so that the block has kGroupsPerKey per wanted key (at most 8).
+template <int kThreads>
+__device__ __forceinline__ int groups_for(int k) {
+  int groups = 1;
+  while (groups < 8 && kThreads * groups < kGroupsPerKey * k)
+    groups *= 2;
+  return groups;
+}
+
+// Folds the 8 maxima m[] into the first `groups` (a power of two).
+__device__ __forceinline__ void fold_maxima(uint32_t (&m)[8], int groups) {
+#pragma unroll
+  for (int width = 4; width >= 1; width /= 2) {
+    if (groups <= width) {
+#pragma unroll
+      for (int g = 0; g < width; ++g)
+        m[g] = max(m[2 * g], m[2 * g + 1]);
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t warp_max(uint32_t v) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_max_sync(0xffffffffu, v);
+#else
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+#endif
+}
+
+__device__ __forceinline__ uint32_t warp_min(uint32_t v) {
+#if __CUDA_ARCH__ >= 800
+  return __reduce_min_sync(0xffffffffu, v);
+#else
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+#endif
+}
+
+// The bit-by-bit search of find_bound over kGroups maxima per thread in s.maxima.
+template <int kThreads, int kGroups>
+__device__ uint32_t search_bound(uint32_t found, int top, int bottom, uint32_t k,
+                                 SelectShared<kThreads>& s) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+#pragma unroll 1
+  for (int bit = top; bit >= bottom; --bit) {
+    const uint32_t candidate = found | (1u << bit);
+    // Read again each time (after the barrier), not held in registers across the search.
+    const uint4 a = s.maxima[2 * threadIdx.x];
+    const uint4 b = kGroups > 4 ? s.maxima[2 * threadIdx.x + 1] : make_uint4(0, 0, 0, 0);
+    uint32_t count = (a.x >= candidate) + (a.y >= candidate);
+    if (kGroups > 2) count += (a.z >= candidate) + (a.w >= candidate);
+    if (kGroups > 4) {
+      count += (b.x >= candidate) + (b.y >= candidate) + (b.z >= candidate) + (b.w >= candidate);
+    }
+    count = warp_sum(count);
+    if (lane == 0) s.partial[bit & 1][warp] = count;
+    __syncthreads();
+    const uint32_t total = warp_sum(lane < kWarps ? s.partial[bit & 1][lane] : 0u);
+    if (total >= k) found = candidate;
+  }
+  return max(found, 1u);
+}
+
+// A lower bound of the k-th key: the k-th largest of the block's maxima m[0, groups) (0: an
+// empty group), to kBoundBits bits below the highest bit where the smallest and the largest
+// non-empty maxima differ (so as fine as the maxima are spread, at every level). 1 when fewer
+// than k groups are non-empty. Every thread gets it.
+template <int kThreads>
+__device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
+                               SelectShared<kThreads>& s) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  uint32_t high = 0, low = 0xffffffffu, filled = 0;
+#pragma unroll
+  for (int g = 0; g < 8; ++g) {
+    if (g < groups) {
+      high = max(high, m[g]);
+      if (m[g] != 0) low = min(low, m[g]);
+      filled += m[g] != 0 ? 1u : 0u;
+    }
+  }
+  high = warp_max(high);
+  low = warp_min(low);
+  filled = warp_sum(filled);
+  if (lane == 0) {
+    s.spread[0][warp] = high;
+    s.spread[1][warp] = low;
+    s.spread[2][warp] = filled;
+  }
+  if (groups > 1) {
+    s.maxima[2 * threadIdx.x] = make_uint4(m[0], m[1], m[2], m[3]);
+    if (groups > 4) s.maxima[2 * threadIdx.x + 1] = make_uint4(m[4], m[5], m[6], m[7]);
+  }
+  __syncthreads();
+  high = warp_max(lane < kWarps ? s.spread[0][lane] : 0u);
+  low = warp_min(lane < kWarps ? s.spread[1][lane] : 0xffffffffu);
+  filled = warp_sum(lane < kWarps ? s.spread[2][lane] : 0u);
+  if (filled < k) return 1u;
+  if (low == high) return low;
+  const int top = 31 - __clz(low ^ high);
+  uint32_t found = low & ~((2u << top) - 1u);  // the bits above `top`, common to all
+  const int bottom = max(top - (kBoundBits - 1), 0);
+  if (groups == 1) {
+#pragma unroll 1
+    for (int bit = top; bit >= bottom; --bit) {
+      const uint32_t candidate = found | (1u << bit);
+      if (static_cast<uint32_t>(__syncthreads_count(m[0] >= candidate)) >= k) found = candidate;
+    }
+    return max(found, 1u);
+  }
+  switch (groups) {
+    case 2:
+      return search_bound<kThreads, 2>(found, top, bottom, k, s);
+    case 4:
+      return search_bound<kThreads, 4>(found, top, bottom, k, s);
+    default:
+      return search_bound<kThreads, 8>(found, top, bottom, k, s);
+  }
+}
+
+// ---- results ----------------------------------------------------------------------------------
+
+// Where a level's results go: slots of items (and their counts) for the next level, or the
+// caller's values and indices.
+template <typename T>
+struct Out {
+  uint64_t* items = nullptr;   // slot l (= row * tiles + tile) at items + l * slot
+  uint32_t* counts = nullptr;  // its item count at counts[l]
+  int slot = 0;
+  T* values = nullptr;
+  int64_t values_stride = 0;
+  void* indices = nullptr;
+  int64_t indices_stride = 0;
+  bool index64 = true;
+  bool sorted = true;
+  bool largest = true;
+};
+
+// Writes best[0, k) (in descending order) to row `row` of the values and indices; unsorted
+// results are first re-sorted by column (best must hold pow2(k) items). Starts after a block
+// barrier.
+template <typename T, int kThreads>
+__device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t row) {
+  if (!out.sorted) {
+    const int size = pow2_at_least(k);
+    for (int i = k + threadIdx.x; i < size; i += kThreads)
+      best[i] = 0;
+    __syncthreads();
+    bitonic_sort_descending<kThreads, true>(best, size);
+    __syncthreads();
+  }
+  T* values = out.values + row * out.values_stride;
+  for (int i = threadIdx.x; i < k; i += kThreads) {
+    const uint64_t item = best[i];
+    values[i] = from_float<T>(decode(item_key(item), out.largest));
+    const uint32_t column = item_column(item);
+    if (out.index64) {
+      static_cast<int64_t*>(out.indices)[row * out.indices_stride + i] = column;
+    } else {
+      static_cast<int32_t*>(out.indices)[row * out.indices_stride + i] =
+          static_cast<int32_t>(column);
+    }
+  }
+}
+
+// Sorts the `count` items of buf (which holds pow2(count)) and writes the first k as the row's
+// result. Starts after a block barrier.
+template <typename T, int kThreads>
+__device__ void sort_and_write_final(uint64_t* buf, int count, int k, const Out<T>& out,
+                                     int64_t row) {
+  const int size = pow2_at_least(count);
+  for (int i = count + threadIdx.x; i < size; i += kThreads)
+    buf[i] = 0;
+  __syncthreads();
+  bitonic_sort_descending<kThreads, false>(buf, size);
+  __syncthreads();
+  write_final<T, kThreads>(buf, k, out, row);
+}
+
+// ---- level 0: tiles of values -----------------------------------------------------------------
+
+template <typename T>
+struct ValueArgs {
+  const T* x = nullptr;  // row r at x + r * x_stride
+  int64_t x_stride = 0;
+  int64_t row0 = 0;  // first row of this launch
+  int64_t n = 0;     // values per row
+  int tile = 0;      // values per tile (the last tile of a row may be shorter)
+  int tiles = 0;     // tiles per row
+  int k = 0;
+  int capacity = 0;  // kFinal: items the dynamic shared memory holds, a power of two
+  Out<T> out;
+};
+
+// One tile per block. Dynamic shared memory: the tile's keys (tile, rounded up to 4) when it
+// falls back to radix selection, then (kFinal) the sort buffer of pow2(min(k, tile)) items; the
+// final tile's candidates use the same space (capacity items).
+template <typename T, bool kFinal, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(ValueArgs<T> a) {
+  constexpr int V = kVec16<T>;
+  constexpr int kVecs = kPerThread / V;
+  extern __shared__ __align__(16) unsigned char dynamic_smem[];
   __shared__ SelectShared<kThreads> s;
+  const int t = threadIdx.x;
+  const bool largest = a.out.largest;
 
-  const int64_t row = shape.row0 + blockIdx.x / shape.tiles;
-  const int tile = static_cast<int>(blockIdx.x % shape.tiles);
-  const int64_t start = static_cast<int64_t>(tile) * shape.tile;
-  const int len = static_cast<int>(shape.n - start < shape.tile ? shape.n - start : shape.tile);
-  const int words = (shape.tile + 3) & ~3;
-  uint32_t* tile_columns = tile_keys + words;  // pairs only
-  // (key, ~column): descending order is rank order, ties to the lower column.
-  uint64_t* sort_buf = reinterpret_cast<uint64_t*>(tile_keys + words * (kPairs ? 2 : 1));
+  const int64_t row = a.row0 + blockIdx.x / a.tiles;
+  const int tile = static_cast<int>(blockIdx.x % a.tiles);
+  const int64_t start = static_cast<int64_t>(tile) * a.tile;
+  const int len = static_cast<int>(a.n - start < a.tile ? a.n - start : a.tile);
+  const T* src = a.x + row * a.x_stride + start;
 
-  for (int i = threadIdx.x; i < kBins; i += kThreads)
+  // The tile: 16-byte vectors t, t + kThreads, ... of the aligned body, and one value of the
+  // unaligned head or the tail for the first threads. Keys outside the tile are 0.
+  const int misalign = static_cast<int>((reinterpret_cast<uintptr_t>(src) % 16) / sizeof(T));
+  const int head = min(len, misalign == 0 ? 0 : V - misalign);
+  const int vectors = (len - head) / V;
+  const int tail_start = head + vectors * V;
+  uint32_t key[kPerThread];
+  {
+    Vec<T, V> x[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      if (t + j * kThreads < vectors) x[j] = load_vec<T, V>(src + head + (t + j * kThreads) * V);
+    }
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < V; ++e)
+        key[j * V + e] = t + j * kThreads < vectors ? encode(to_float(x[j].v[e]), largest) : 0u;
+    }
+  }
+  int extra_column = -1;
+  if (t < head) {
+    extra_column = t;
+  } else if (t < head + (len - tail_start)) {
+    extra_column = tail_start + (t - head);
+  }
+  const uint32_t extra = extra_column >= 0 ? encode(to_float(src[extra_column]), largest) : 0u;
+  auto column_of = [&](int j, int e) { return head + (t + j * kThreads) * V + e; };
+
+  // 1. The bound.
+  const int k_tile = min(a.k, len);
+  uint32_t bound = 1;  // every key (k_tile == len)
+  if (k_tile < len) {
+    uint32_t m[8];
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {
+      m[g] = key[g * (kPerThread / 8)];
+#pragma unroll
+      for (int i = 1; i < kPerThread / 8; ++i)
+        m[g] = max(m[g], key[g * (kPerThread / 8) + i]);
+    }
+    m[0] = max(m[0], extra);
+    const int groups = groups_for<kThreads>(k_tile);
+    fold_maxima(m, groups);
+    bound = find_bound(m, groups, static_cast<uint32_t>(k_tile), s);
+  }
+
+  // 2. The candidates, placed by a block scan.
+  uint32_t passing = extra >= bound ? 1u : 0u;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i)
+    passing += key[i] >= bound ? 1u : 0u;
+  uint32_t offset = 0, total = 0;
+  cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(passing, offset, total);
+  const int64_t slot = row * a.tiles + tile;
+  const uint32_t limit = kFinal ? static_cast<uint32_t>(a.capacity) : a.out.slot;
+  if (total <= limit) {
+    uint64_t* dst =
+        kFinal ? reinterpret_cast<uint64_t*>(dynamic_smem) : a.out.items + slot * a.out.slot;
+    if (extra >= bound) dst[offset++] = make_item(extra, start + extra_column);
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const uint32_t k_je = key[j * V + e];
+        if (k_je >= bound) dst[offset++] = make_item(k_je, start + column_of(j, e));
+      }
+    }
+    if constexpr (kFinal) {
+      sort_and_write_final<T, kThreads>(dst, static_cast<int>(total), k_tile, a.out, row);
+    } else {
+      if (t == 0) a.out.counts[slot] = total;
+    }
+    return;
+  }
+
+  // 3. Too many candidates: radix selection over the tile in shared memory.
+  uint32_t* tile_keys = reinterpret_cast<uint32_t*>(dynamic_smem);
+  for (int i = t; i < kBins; i += kThreads)
     s.hist[i] = 0;
   __syncthreads();
-  if constexpr (kPairs) {
-    const int64_t offset = row * shape.n + start;
-    load_pairs<kThreads>(source.keys + offset, source.columns + offset, len, tile_keys,
-                         tile_columns, s.hist);
+  if (extra_column >= 0) {
+    tile_keys[extra_column] = extra;
+    atomicAdd(&s.hist[extra >> 21], 1u);
+  }
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    if (t + j * kThreads < vectors) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        tile_keys[column_of(j, e)] = key[j * V + e];
+        atomicAdd(&s.hist[key[j * V + e] >> 21], 1u);
+      }
+    }
+  }
+  __syncthreads();
+  Threshold th{0u, 32, static_cast<uint32_t>(k_tile)};  // take all
+  if (k_tile < len) th = select_threshold(tile_keys, len, static_cast<uint32_t>(k_tile), s);
+  if constexpr (kFinal) {
+    uint64_t* best = reinterpret_cast<uint64_t*>(tile_keys + ((a.tile + 3) & ~3));
+    compact(tile_keys, len, th, s, [&](uint32_t position, int i) {
+      best[position] = make_item(tile_keys[i], static_cast<uint32_t>(start + i));
+    });
+    sort_and_write_final<T, kThreads>(best, k_tile, k_tile, a.out, row);
   } else {
-    load_values<kThreads>(source.x + row * source.x_stride + start, len, shape.largest, tile_keys,
-                          s.hist);
+    uint64_t* dst = a.out.items + slot * a.out.slot;
+    compact(tile_keys, len, th, s, [&](uint32_t position, int i) {
+      dst[position] = make_item(tile_keys[i], static_cast<uint32_t>(start + i));
+    });
+    if (t == 0) a.out.counts[slot] = static_cast<uint32_t>(k_tile);
+  }
+}
+
+// ---- later levels: gathering slots --------------------------------------------------------------
+
+template <typename T>
+struct GatherArgs {
+  const uint64_t* in = nullptr;  // slot l of the previous level at in + l * slot
+  const uint32_t* in_counts = nullptr;
+  int64_t row0 = 0;
+  int lists_in = 0;  // slots per row
+  int lists = 0;     // slots per block, a power of two
+  int tiles = 0;     // blocks per row
+  int k = 0;
+  int slot = 0;  // a power of two
+  int slot_log2 = 0;
+  Out<T> out;
+};
+
+// Dynamic shared memory: lists * slot items (the gathered ones), then slot items (candidates).
+template <typename T, bool kFinal>
+__global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<T> a) {
+  constexpr int kThreads = kGatherThreads;
+  extern __shared__ __align__(16) uint64_t gathered[];
+  __shared__ SelectShared<kThreads> s;
+  __shared__ uint32_t list_offset[kGatherLists + 1];
+  const int t = threadIdx.x;
+  const int64_t row = a.row0 + blockIdx.x / a.tiles;
+  const int tile = static_cast<int>(blockIdx.x % a.tiles);
+  const int first = tile * a.lists;
+  const int here = min(a.lists, a.lists_in - first);
+  const int64_t in_slot = row * a.lists_in + first;
+  uint64_t* candidates = gathered + static_cast<int64_t>(a.lists) * a.slot;
+
+  // Offsets of the gathered slots: a block scan of their counts.
+  {
+    constexpr int kPer = (kGatherLists + kThreads) / kThreads;
+    uint32_t counts[kPer];
+    uint32_t sum = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int l = t * kPer + j;
+      counts[j] = l < here ? a.in_counts[in_slot + l] : 0u;
+      sum += counts[j];
+    }
+    uint32_t before = 0, all = 0;
+    cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(sum, before, all);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int l = t * kPer + j;
+      if (l <= here) list_offset[l] = before;
+      before += counts[j];
+    }
+  }
+  __syncthreads();
+  const int n = static_cast<int>(list_offset[here]);
+  // Eight loads in flight per thread: a block that gathers alone waits on memory, not issue.
+  const int positions = here << a.slot_log2;
+  for (int base = t; base < positions; base += 8 * kThreads) {
+    uint64_t item[8];
+    int at[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const int i = base + u * kThreads;
+      at[u] = -1;
+      if (i < positions) {
+        const int l = i >> a.slot_log2;
+        const int j = i & (a.slot - 1);
+        const int p = static_cast<int>(list_offset[l]) + j;
+        if (p < static_cast<int>(list_offset[l + 1])) {
+          at[u] = p;
+          item[u] = a.in[((in_slot + l) << a.slot_log2) + j];
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      if (at[u] >= 0) gathered[at[u]] = item[u];
+    }
   }
   __syncthreads();
 
-  const int k_tile = min(shape.k, len);
-  Threshold th{0u, 32, static_cast<uint32_t>(k_tile)};  // take all
-  if (k_tile < len) th = select_threshold(tile_keys, len, static_cast<uint32_t>(k_tile), s);
-  auto column_of = [&](int i) -> uint32_t {
-    if constexpr (kPairs) {
-      return tile_columns[i];
-    } else {
-      return static_cast<uint32_t>(start + i);
+  // 1. The bound: maxima of the thread's items t + (8q + g) * kThreads, folded.
+  const int k_tile = min(a.k, n);
+  uint32_t bound = 1;
+  if (k_tile < n) {
+    uint32_t m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int base = t; base < n; base += 8 * kThreads) {
+#pragma unroll
+      for (int g = 0; g < 8; ++g) {
+        const int i = base + g * kThreads;
+        if (i < n) m[g] = max(m[g], item_key(gathered[i]));
+      }
     }
-  };
+    const int groups = groups_for<kThreads>(k_tile);
+    fold_maxima(m, groups);
+    bound = find_bound(m, groups, static_cast<uint32_t>(k_tile), s);
+  }
 
-  if constexpr (!kFinal) {
-    // Pairs for the next level, in column order; unused slots get the sentinel.
-    const int64_t out = (row * shape.tiles + tile) * shape.k;
-    compact(tile_keys, len, th, s, [&](uint32_t position, int i) {
-      sink.keys[out + position] = tile_keys[i];
-      sink.columns[out + position] = column_of(i);
-    });
-    for (int j = k_tile + threadIdx.x; j < shape.k; j += kThreads) {
-      sink.keys[out + j] = kSentinelKey;
-      sink.columns[out + j] = kSentinelIndex;
+  // 2. The candidates, placed by a block scan over each thread's items.
+  uint32_t passing = 0;
+  for (int i = t; i < n; i += kThreads)
+    passing += item_key(gathered[i]) >= bound ? 1u : 0u;
+  uint32_t offset = 0, total = 0;
+  __syncthreads();  // s.scan
+  cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(passing, offset, total);
+  const int64_t slot = row * a.tiles + tile;
+  if (total <= static_cast<uint32_t>(a.slot)) {
+    uint64_t* dst = kFinal ? candidates : a.out.items + slot * a.out.slot;
+    for (int i = t; i < n; i += kThreads) {
+      const uint64_t item = gathered[i];
+      if (item_key(item) >= bound) dst[offset++] = item;
     }
-  } else {
-    T* values = sink.values + row * sink.values_stride;
-    auto write = [&](uint32_t position, uint32_t key, uint32_t column) {
-      values[position] = from_float<T>(decode(key, shape.largest));
-      if (sink.index64) {
-        static_cast<int64_t*>(sink.indices)[row * sink.indices_stride + position] = column;
-      } else {
-        static_cast<int32_t*>(sink.indices)[row * sink.indices_stride + position] =
-            static_cast<int32_t>(column);
-      }
-    };
-    if constexpr (!kSorted) {
-      compact(tile_keys, len, th, s,
-              [&](uint32_t position, int i) { write(position, tile_keys[i], column_of(i)); });
+    if constexpr (kFinal) {
+      sort_and_write_final<T, kThreads>(candidates, static_cast<int>(total), k_tile, a.out, row);
     } else {
-      compact(tile_keys, len, th, s, [&](uint32_t position, int i) {
-        sort_buf[position] = (static_cast<uint64_t>(tile_keys[i]) << 32) | ~column_of(i);
-      });
-      int m = 1;
-      while (m < k_tile)
-        m <<= 1;
-      for (int i = k_tile + threadIdx.x; i < m; i += kThreads)
-        sort_buf[i] = 0;  // below every (key, column)
-      __syncthreads();
-      bitonic_sort_descending<kThreads>(sort_buf, m);
-      __syncthreads();
-      for (int rank = threadIdx.x; rank < k_tile; rank += kThreads) {
-        const uint64_t item = sort_buf[rank];
-        write(static_cast<uint32_t>(rank), static_cast<uint32_t>(item >> 32),
-              ~static_cast<uint32_t>(item));
-      }
+      if (t == 0) a.out.counts[slot] = total;
     }
+    return;
+  }
+
+  // 3. Too many candidates: sort everything gathered.
+  __syncthreads();
+  const int size = pow2_at_least(n);
+  for (int i = n + t; i < size; i += kThreads)
+    gathered[i] = 0;
+  __syncthreads();
+  bitonic_sort_descending<kThreads, false>(gathered, size);
+  __syncthreads();
+  if constexpr (kFinal) {
+    write_final<T, kThreads>(gathered, k_tile, a.out, row);
+  } else {
+    uint64_t* dst = a.out.items + slot * a.out.slot;
+    for (int i = t; i < k_tile; i += kThreads)
+      dst[i] = gathered[i];
+    if (t == 0) a.out.counts[slot] = static_cast<uint32_t>(k_tile);
   }
 }
 
 // ---- host -------------------------------------------------------------------------------------
 
-struct LaunchArgs {
-  int64_t rows;
-  const Level* level;
-  bool largest;
-  cudaStream_t stream;
-};
-
-template <typename T, bool kPairs, bool kFinal, bool kSorted, int kThreads>
-Status launch_tiles(const char* op, const Source<T>& source, const Sink<T>& sink,
-                    const LaunchArgs& args) {
-  auto kernel = topk_tile_kernel<T, kPairs, kFinal, kSorted, kThreads>;
-  const Level& level = *args.level;
-  const int words = (level.tile + 3) & ~3;
-  size_t sort_items = 0;
-  if (kSorted) {
-    sort_items = 1;
-    while (sort_items < static_cast<size_t>(std::min(level.k, level.tile)))
-      sort_items <<= 1;
-  }
-  const size_t smem = static_cast<size_t>(words) * sizeof(uint32_t) * (kPairs ? 2 : 1) +
-                      sort_items * sizeof(uint64_t);
-  // Static and dynamic shared memory together above 48 KiB need the kernel's opt-in.
-  static const size_t static_smem = [&] {  // per instantiation
+// Opts the kernel in to `smem` bytes of dynamic shared memory where static and dynamic together
+// pass 48 KiB.
+template <typename Kernel>
+Status allow_shared(const char* op, Kernel kernel, size_t smem) {
+  static const size_t static_smem = [&] {  // per kernel instantiation
     cudaFuncAttributes attributes = {};
     return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess ? attributes.sharedSizeBytes
                                                                      : size_t{48 * 1024};
   }();
-  if (smem + static_smem > 48 * 1024) {
-    const cudaError_t error = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (error != cudaSuccess) return cuda_status(error, op, "setting the shared-memory size");
-  }
-  // At most 2^31 - 1 blocks per launch: rows in batches.
-  const int64_t rows_per_launch =
-      std::max<int64_t>(1, std::numeric_limits<int32_t>::max() / level.tiles);
-  for (int64_t row0 = 0; row0 < args.rows; row0 += rows_per_launch) {
-    const int64_t rows = std::min(rows_per_launch, args.rows - row0);
-    Shape shape{row0, level.n, level.tile, level.tiles, level.k, args.largest};
-    kernel<<<static_cast<unsigned>(rows * level.tiles), kThreads, smem, args.stream>>>(source, sink,
-                                                                                       shape);
-    if (Status s = check_launch(op, args.stream); !s.ok()) return s;
+  if (smem + static_smem <= 48 * 1024) return Status();
+  const cudaError_t error = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  return error == cudaSuccess ? Status() : cuda_status(error, op, "setting the shared-memory size");
+}
+
+// Launches `launch(row0, blocks)` over the rows in batches of at most 2^31 - 1 blocks.
+template <typename Launch>
+Status for_row_batches(const char* op, int64_t rows, int tiles, cudaStream_t stream,
+                       Launch&& launch) {
+  const int64_t per_launch = std::max<int64_t>(1, std::numeric_limits<int32_t>::max() / tiles);
+  for (int64_t row0 = 0; row0 < rows; row0 += per_launch) {
+    const int64_t batch = std::min(per_launch, rows - row0);
+    launch(row0, static_cast<unsigned>(batch * tiles));
+    if (Status s = check_launch(op, stream); !s.ok()) return s;
   }
   return Status();
 }
 
-template <typename T, bool kPairs, bool kFinal, bool kSorted>
-Status launch_level(const char* op, const Source<T>& source, const Sink<T>& sink,
-                    const LaunchArgs& args) {
-  if (args.level->tile <= kSmallTile && args.level->k <= kSmallK) {
-    return launch_tiles<T, kPairs, kFinal, kSorted, kNarrowThreads>(op, source, sink, args);
+template <typename T, bool kFinal, int kThreads>
+Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream_t stream) {
+  auto kernel = topk_values_kernel<T, kFinal, kThreads>;
+  const size_t words = static_cast<size_t>((args.tile + 3) & ~3);
+  size_t smem = words * sizeof(uint32_t);
+  if (kFinal) {
+    smem += static_cast<size_t>(next_pow2(std::min(args.k, args.tile))) * sizeof(uint64_t);
+    size_t capacity = 1;
+    while (capacity * 2 * sizeof(uint64_t) <= smem)
+      capacity *= 2;
+    args.capacity = static_cast<int>(capacity);
   }
-  return launch_tiles<T, kPairs, kFinal, kSorted, kWideThreads>(op, source, sink, args);
+  if (Status s = allow_shared(op, kernel, smem); !s.ok()) return s;
+  return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
+    args.row0 = row0;
+    kernel<<<blocks, kThreads, smem, stream>>>(args);
+  });
 }
 
-template <typename T, bool kPairs>
-Status launch_final(const char* op, const Source<T>& source, const Sink<T>& sink, bool sorted,
-                    const LaunchArgs& args) {
-  if (!sorted || args.level->k == 1)
-    return launch_level<T, kPairs, true, false>(op, source, sink, args);
-  return launch_level<T, kPairs, true, true>(op, source, sink, args);
+template <typename T, bool kFinal>
+Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStream_t stream) {
+  auto kernel = topk_gather_kernel<T, kFinal>;
+  const size_t smem = static_cast<size_t>(args.lists + 1) * args.slot * sizeof(uint64_t);
+  if (Status s = allow_shared(op, kernel, smem); !s.ok()) return s;
+  return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
+    args.row0 = row0;
+    kernel<<<blocks, kGatherThreads, smem, stream>>>(args);
+  });
 }
 
 }  // namespace
@@ -513,43 +829,73 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
            cudaStream_t stream) {
   return dispatch_float(op, dtype, [&](auto tag) -> Status {
     using T = decltype(tag);
-    Sink<T> final_sink;
-    final_sink.values = static_cast<T*>(values.data);
-    final_sink.values_stride = values.row_stride;
-    final_sink.indices = indices.data;
-    final_sink.indices_stride = indices.row_stride;
-    final_sink.index64 = options.index_dtype == DType::kInt64;
-    Source<T> source;
-    source.x = static_cast<const T*>(x.data);
-    source.x_stride = x.row_stride;
+    Out<T> final_out;
+    final_out.values = static_cast<T*>(values.data);
+    final_out.values_stride = values.row_stride;
+    final_out.indices = indices.data;
+    final_out.indices_stride = indices.row_stride;
+    final_out.index64 = options.index_dtype == DType::kInt64;
+    final_out.sorted = options.sorted;
+    final_out.largest = options.largest;
+    const int slot = static_cast<int>(slot_items(plan.levels.front().k));
+    auto items = [&](size_t i) {
+      return reinterpret_cast<uint64_t*>(static_cast<char*>(workspace) +
+                                         plan.buffers[i % 2].items_offset);
+    };
+    auto counts = [&](size_t i) {
+      return reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) +
+                                         plan.buffers[i % 2].counts_offset);
+    };
     const size_t levels = plan.levels.size();
     for (size_t i = 0; i < levels; ++i) {
       const Level& level = plan.levels[i];
-      LaunchArgs args{rows, &level, options.largest, stream};
       const bool last = i + 1 == levels;
-      Sink<T> sink = final_sink;
+      Out<T> out = final_out;
       if (!last) {
-        const Buffer& out = plan.buffers[i % 2];
-        sink.keys = reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + out.keys_offset);
-        sink.columns =
-            reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + out.columns_offset);
+        out.items = items(i);
+        out.counts = counts(i);
+        out.slot = slot;
       }
       const Status status = [&] {
-        if (i == 0 && last) return launch_final<T, false>(op, source, sink, options.sorted, args);
-        if (i == 0) return launch_level<T, false, false, false>(op, source, sink, args);
-        if (last) return launch_final<T, true>(op, source, sink, options.sorted, args);
-        return launch_level<T, true, false, false>(op, source, sink, args);
+        if (i == 0) {
+          ValueArgs<T> args;
+          args.x = static_cast<const T*>(x.data);
+          args.x_stride = x.row_stride;
+          args.n = level.n;
+          args.tile = level.tile;
+          args.tiles = level.tiles;
+          args.k = level.k;
+          args.out = out;
+          const bool narrow = level.tile <= kSmallTile && level.k <= kSmallK;
+          if (last) {
+            return narrow ? launch_values<T, true, kNarrowThreads>(op, args, rows, stream)
+                          : launch_values<T, true, kWideThreads>(op, args, rows, stream);
+          }
+          return narrow ? launch_values<T, false, kNarrowThreads>(op, args, rows, stream)
+                        : launch_values<T, false, kWideThreads>(op, args, rows, stream);
+        }
+        GatherArgs<T> args;
+        args.in = items(i - 1);
+        args.in_counts = counts(i - 1);
+        args.lists_in = plan.levels[i - 1].tiles;
+        args.lists = level.lists;
+        args.tiles = level.tiles;
+        args.k = level.k;
+        args.slot = slot;
+        while ((1 << args.slot_log2) < slot)
+          ++args.slot_log2;
+        args.out = out;
+        return last ? launch_gather<T, true>(op, args, rows, stream)
+                    : launch_gather<T, false>(op, args, rows, stream);
       }();
       if (!status.ok()) return status;
-      source.keys = sink.keys;
-      source.columns = sink.columns;
     }
     return Status();
   });
 }
 
 const void* topk_family_kernel() {
-  return reinterpret_cast<const void*>(topk_tile_kernel<float, false, true, true, kWideThreads>);
+  return reinterpret_cast<const void*>(topk_values_kernel<float, true, kWideThreads>);
 }
 
 }  // namespace detail::topk

@@ -1,8 +1,11 @@
 #pragma once
 
-// How a top-k problem is cut into tiles: level 0 selects from tiles of the rows themselves;
-// each further level selects from the (key, column) pairs the previous one left, until one tile
-// per row remains. Host-only, so that the workspace size needs no GPU.
+// How a top-k problem is cut into tiles. Level 0 reads tiles of a row; each further level
+// gathers the candidates several tiles of the previous one left, until one block per row remains,
+// which selects the row's k. A tile that is not the last of its row leaves at most slot(k) items
+// (key, column) in its slot of the workspace, with their count. Host-only, so that the workspace
+// size needs no GPU.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -11,20 +14,36 @@
 
 namespace cudaops::detail::topk {
 
-constexpr int64_t kValueTile = kTopkTileCols;  // values per tile (64 KiB of keys)
-constexpr int64_t kPairTile = 8192;            // pairs per tile (64 KiB of keys and columns)
+constexpr int64_t kValueTile = kTopkTileCols;  // values per tile
+constexpr int64_t kGatherItems = 16384;        // slot items gathered by one block (128 KiB)
+constexpr int64_t kGatherLists = 128;          // slots gathered by one block, at most
+
+inline int64_t next_pow2(int64_t n) {
+  int64_t p = 1;
+  while (p < n)
+    p <<= 1;
+  return p;
+}
+
+/// Items a tile may leave for the next level: all that pass its bound up to this many, else
+/// exactly its best k.
+inline int64_t slot_items(int64_t k) {
+  return 2 * next_pow2(k);
+}
 
 struct Level {
-  int64_t n = 0;  // elements (level 0) or pairs per row
-  int tile = 0;   // per thread block; a multiple of 8 (16-byte aligned tiles) unless one per row
-  int tiles = 0;  // per row
+  int64_t n = 0;  // values (level 0) or slots (later levels) per row
+  int tile = 0;   // values per block (level 0); slots per block, lists * slot (later levels)
+  int tiles = 0;  // blocks per row
+  int lists = 0;  // later levels: slots of the previous level gathered per block, a power of two
   int k = 0;
 };
 
-// One of two ping-pong buffers of pairs in the workspace: keys then columns.
+// One of two ping-pong buffers in the workspace: the slots' items (8 bytes each), then their
+// counts (4 bytes each).
 struct Buffer {
-  size_t keys_offset = 0;
-  size_t columns_offset = 0;
+  size_t items_offset = 0;
+  size_t counts_offset = 0;
 };
 
 struct Plan {
@@ -33,18 +52,18 @@ struct Plan {
   size_t workspace_bytes = 0;
 };
 
-inline Level plan_level(int64_t n, int64_t cap, int64_t k) {
+inline Level plan_values(int64_t n, int64_t k) {
   Level level;
   level.n = n;
   level.k = static_cast<int>(k);
-  if (n <= cap) {
+  if (n <= kValueTile) {
     level.tile = static_cast<int>(n);
     level.tiles = 1;
     return level;
   }
-  // Balanced tiles, each a multiple of 8 elements so that every tile starts 16-byte aligned
-  // when the row does.
-  const int64_t count = (n + cap - 1) / cap;
+  // Balanced tiles, each a multiple of 8 values so that every tile starts 16-byte aligned when
+  // the row does.
+  const int64_t count = (n + kValueTile - 1) / kValueTile;
   int64_t tile = (n + count - 1) / count;
   tile = (tile + 7) / 8 * 8;
   level.tile = static_cast<int>(tile);
@@ -52,27 +71,39 @@ inline Level plan_level(int64_t n, int64_t cap, int64_t k) {
   return level;
 }
 
-/// Requires rows >= 0, 1 <= k <= cols.
+// Gathering the slots of `lists` tiles per row.
+inline Level plan_gather(int64_t lists, int64_t k) {
+  Level level;
+  const int64_t slot = slot_items(k);
+  level.n = lists * slot;
+  level.k = static_cast<int>(k);
+  const int64_t most = std::min(kGatherItems / slot, kGatherLists);  // >= 4 for k <= 2048
+  level.lists = static_cast<int>(lists <= most ? next_pow2(lists) : most);
+  level.tiles = static_cast<int>((lists + level.lists - 1) / level.lists);
+  level.tile = static_cast<int>(level.lists * slot);
+  return level;
+}
+
+/// Requires rows >= 0, 1 <= k <= min(cols, kTopkMaxK).
 inline Plan make_plan(int64_t rows, int64_t cols, int64_t k) {
   Plan plan;
-  plan.levels.push_back(plan_level(cols, kValueTile, k));
-  while (plan.levels.back().tiles > 1) {
-    const Level& previous = plan.levels.back();
-    plan.levels.push_back(plan_level(int64_t{previous.tiles} * k, kPairTile, k));
-  }
-  // Level i (all but the last) writes rows * tiles * k pairs into buffer i % 2.
-  size_t pairs[2] = {0, 0};
+  plan.levels.push_back(plan_values(cols, k));
+  while (plan.levels.back().tiles > 1)
+    plan.levels.push_back(plan_gather(plan.levels.back().tiles, k));
+  // Level i (all but the last) fills rows * tiles slots in buffer i % 2.
+  size_t slots[2] = {0, 0};
   for (size_t i = 0; i + 1 < plan.levels.size(); ++i) {
-    const size_t count = static_cast<size_t>(rows) * plan.levels[i].tiles * static_cast<size_t>(k);
-    if (count > pairs[i % 2]) pairs[i % 2] = count;
+    const size_t count = static_cast<size_t>(rows) * plan.levels[i].tiles;
+    if (count > slots[i % 2]) slots[i % 2] = count;
   }
   auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  const size_t slot = static_cast<size_t>(slot_items(k));
   size_t offset = 0;
   for (int b = 0; b < 2; ++b) {
-    plan.buffers[b].keys_offset = offset;
-    offset += aligned(pairs[b] * 4);
-    plan.buffers[b].columns_offset = offset;
-    offset += aligned(pairs[b] * 4);
+    plan.buffers[b].items_offset = offset;
+    offset += aligned(slots[b] * slot * 8);
+    plan.buffers[b].counts_offset = offset;
+    offset += aligned(slots[b] * 4);
   }
   plan.workspace_bytes = offset;
   return plan;

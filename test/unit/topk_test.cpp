@@ -101,22 +101,33 @@ TEST(TopkPlan, LevelsShrinkToOneTile) {
       EXPECT_EQ(plan.levels.front().n, cols);
       for (size_t i = 0; i < plan.levels.size(); ++i) {
         const detail::topk::Level& level = plan.levels[i];
-        const int64_t cap = i == 0 ? detail::topk::kValueTile : detail::topk::kPairTile;
-        EXPECT_LE(level.tile, cap);
-        EXPECT_GE(int64_t{level.tile} * level.tiles, level.n);
-        EXPECT_LT(int64_t{level.tile} * (level.tiles - 1), level.n);  // no empty tile
-        if (level.tiles > 1) {
-          EXPECT_EQ(level.tile % 8, 0);
-        }
-        if (i > 0) {
-          EXPECT_EQ(level.n, int64_t{plan.levels[i - 1].tiles} * k);
+        if (i == 0) {
+          EXPECT_LE(level.tile, detail::topk::kValueTile);
+          EXPECT_GE(int64_t{level.tile} * level.tiles, level.n);
+          EXPECT_LT(int64_t{level.tile} * (level.tiles - 1), level.n);  // no empty tile
+          if (level.tiles > 1) {
+            EXPECT_EQ(level.tile % 8, 0);
+          }
+        } else {
+          // Every slot of the previous level gathered once; slots per block a power of two
+          // that fits the block.
+          const int64_t lists = plan.levels[i - 1].tiles;
+          const int64_t slot = detail::topk::slot_items(k);
+          EXPECT_EQ(level.n, lists * slot);
+          EXPECT_EQ(level.lists & (level.lists - 1), 0);
+          EXPECT_GE(level.lists, 2);
+          EXPECT_LE(level.lists * slot, detail::topk::kGatherItems);
+          EXPECT_LE(level.lists, detail::topk::kGatherLists);
+          EXPECT_EQ(level.tile, level.lists * slot);
+          EXPECT_GE(int64_t{level.lists} * level.tiles, lists);
+          EXPECT_LT(int64_t{level.lists} * (level.tiles - 1), lists);
         }
       }
       EXPECT_EQ(plan.workspace_bytes == 0, plan.levels.size() == 1);
     }
   }
-  // The largest row: 1024 tiles of 16384 values, then 1024 * 2048 pairs in 256 tiles of 8192,
-  // then 64, 16, 4 and 1 tiles.
+  // The largest row: 1024 tiles of 16384 values, then slots of 4096 gathered four per block
+  // into 256, 64, 16, 4 and 1.
   EXPECT_EQ(detail::topk::make_plan(1, kTopkMaxCols, 2048).levels.size(), 6u);
 }
 
