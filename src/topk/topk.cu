@@ -764,15 +764,18 @@ __global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<
 
 // ---- host -------------------------------------------------------------------------------------
 
-// Opts the kernel in to `smem` bytes of dynamic shared memory where static and dynamic together
-// pass 48 KiB.
+// Opts `kernel` in to `smem` bytes of dynamic shared memory where its static shared memory
+// and that pass 48 KiB. Each kernel instantiation has its own static shared memory, so the
+// callers (templates on every kernel parameter) keep its size in a static of their own.
 template <typename Kernel>
-Status allow_shared(const char* op, Kernel kernel, size_t smem) {
-  static const size_t static_smem = [&] {  // per kernel instantiation
-    cudaFuncAttributes attributes = {};
-    return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess ? attributes.sharedSizeBytes
-                                                                     : size_t{48 * 1024};
-  }();
+size_t static_shared(Kernel kernel) {
+  cudaFuncAttributes attributes = {};
+  return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess ? attributes.sharedSizeBytes
+                                                                   : size_t{48 * 1024};
+}
+
+template <typename Kernel>
+Status allow_shared(const char* op, Kernel kernel, size_t static_smem, size_t smem) {
   if (smem + static_smem <= 48 * 1024) return Status();
   const cudaError_t error = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -804,7 +807,8 @@ Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream
       capacity *= 2;
     args.capacity = static_cast<int>(capacity);
   }
-  if (Status s = allow_shared(op, kernel, smem); !s.ok()) return s;
+  static const size_t static_smem = static_shared(kernel);
+  if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
   return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
     kernel<<<blocks, kThreads, smem, stream>>>(args);
@@ -815,7 +819,8 @@ template <typename T, bool kFinal>
 Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStream_t stream) {
   auto kernel = topk_gather_kernel<T, kFinal>;
   const size_t smem = static_cast<size_t>(args.lists + 1) * args.slot * sizeof(uint64_t);
-  if (Status s = allow_shared(op, kernel, smem); !s.ok()) return s;
+  static const size_t static_smem = static_shared(kernel);
+  if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
   return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
     kernel<<<blocks, kGatherThreads, smem, stream>>>(args);
