@@ -133,7 +133,7 @@ check_debug() {
     cuda-gdb -batch -x docs/debugging/cli_kernel.gdb \
     --args build/debug/apps/cudaops run add --n 4099 --iters 1 --warmup 0
   grep -E "hit Breakpoint|Switching focus|^\\$[0-9]+ =" "$log/debug-gdb-cli.log" | head -6
-  expect debug-gdb-test "CUDA thread hit Breakpoint 1.*topk_tile_kernel" \
+  expect debug-gdb-test "CUDA thread hit Breakpoint 1.*topk_values_kernel" \
     cuda-gdb -batch -x docs/debugging/test_kernel.gdb \
     --args build/debug/test/cudaops_gpu_topk_tests \
     --gtest_filter=All/TopkShapes.MatchesReference/8

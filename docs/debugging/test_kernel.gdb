@@ -4,12 +4,12 @@
 set pagination off
 set confirm off
 set breakpoint pending on
-break topk_tile_kernel
+break topk_values_kernel
 run
 # First the host-side launch stub, then the kernel on the GPU.
 continue
 info cuda kernels
-print shape
+print a
 cuda thread (31,0,0)
 print threadIdx
 delete

@@ -83,7 +83,7 @@ TEST(ReadFatbins, TheLibraryCarriesCodeForEveryFamily) {
   // Kernel names are in the cubins' symbol tables (when not compressed): each family's kernel
   // template lies in exactly one fat binary.
   for (const char* name : {"elementwise_vec_kernel", "softmax_streamed", "norm_streamed",
-                           "reduce_partials_kernel", "topk_tile_kernel"}) {
+                           "reduce_partials_kernel", "topk_values_kernel"}) {
     EXPECT_EQ(fatbins_holding(c, name).size(), 1u) << name;
   }
   EXPECT_TRUE(fatbins_holding(c, "no_such_kernel_in_libcudaops").empty());
