@@ -507,13 +507,11 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
       });
     }
     if (kNorm == Norm::kLayer && aligned) {
-      PipeLaunch plan;
-      auto kernel = layer_norm_pipelined<T>;
-      if (Status s = plan_pipelined(op, reinterpret_cast<const void*>(kernel), kPipeVecs,
-                                    kPipeThreads, 1, a.rows, a.cols, dtype, &plan);
-          !s.ok())
+      bool launched = false;
+      if (Status s = launch_if_pipelined(op, layer_norm_pipelined<T>, kPipeVecs, kPipeThreads, 1,
+                                         a.rows, a.cols, dtype, stream, &launched, a);
+          !s.ok() || launched)
         return s;
-      if (plan.blocks > 0) return launch_pipelined(op, kernel, plan, stream, a, plan.params);
     }
     auto kernel = aligned ? norm_streamed<kNorm, T, V> : norm_streamed<kNorm, T, 1>;
     StreamedLaunch launch;

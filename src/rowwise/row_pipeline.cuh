@@ -292,11 +292,20 @@ __device__ __forceinline__ void store_floats(T* p, bool inside, const float (&v)
 
 namespace cudaops::detail::rowwise {
 
-/// Launches a pipelined kernel as planned.
+/// Plans `kernel` (plan_pipelined: vecs, max_threads, arrays) and, when a launch shape fits,
+/// launches it with `args` followed by the plan's PipeParams; *launched says whether it did.
 template <typename... Params, typename... Args>
-Status launch_pipelined(const char* op, void (*kernel)(Params...), const PipeLaunch& plan,
-                        cudaStream_t stream, Args... args) {
-  kernel<<<plan.blocks, plan.threads, plan.smem, stream>>>(static_cast<Params>(args)...);
+Status launch_if_pipelined(const char* op, void (*kernel)(Params...), int vecs, int max_threads,
+                           int arrays, int64_t rows, int64_t cols, DType dtype, cudaStream_t stream,
+                           bool* launched, Args... args) {
+  *launched = false;
+  PipeLaunch plan;
+  if (Status s = plan_pipelined(op, reinterpret_cast<const void*>(kernel), vecs, max_threads,
+                                arrays, rows, cols, dtype, &plan);
+      !s.ok() || plan.blocks == 0)
+    return s;
+  *launched = true;
+  kernel<<<plan.blocks, plan.threads, plan.smem, stream>>>(args..., plan.params);
   return check_launch(op, stream);
 }
 

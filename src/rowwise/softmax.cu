@@ -299,16 +299,12 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
       });
     }
     if (aligned) {
-      PipeLaunch plan;
-      auto kernel = softmax_pipelined<T>;
-      if (Status s = plan_pipelined(kOp, reinterpret_cast<const void*>(kernel), kPipeVecs,
-                                    kPipeThreads, 1, rows, cols, dtype, &plan);
-          !s.ok())
+      bool launched = false;
+      if (Status s = launch_if_pipelined(kOp, softmax_pipelined<T>, kPipeVecs, kPipeThreads, 1,
+                                         rows, cols, dtype, stream, &launched, in, x.row_stride,
+                                         out, y.row_stride, rows, static_cast<int>(cols));
+          !s.ok() || launched)
         return s;
-      if (plan.blocks > 0) {
-        return launch_pipelined(kOp, kernel, plan, stream, in, x.row_stride, out, y.row_stride,
-                                rows, static_cast<int>(cols), plan.params);
-      }
     }
     auto kernel = aligned ? softmax_streamed<T, V> : softmax_streamed<T, 1>;
     StreamedLaunch launch;
@@ -356,16 +352,13 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
       });
     }
     if (aligned) {
-      PipeLaunch plan;
-      auto kernel = softmax_backward_pipelined<T>;
-      if (Status s = plan_pipelined(kOp, reinterpret_cast<const void*>(kernel), kPipeBackwardVecs,
-                                    kPipeBackwardThreads, 2, rows, cols, dtype, &plan);
-          !s.ok())
+      bool launched = false;
+      if (Status s = launch_if_pipelined(kOp, softmax_backward_pipelined<T>, kPipeBackwardVecs,
+                                         kPipeBackwardThreads, 2, rows, cols, dtype, stream,
+                                         &launched, py, y.row_stride, pdy, dy.row_stride, pdx,
+                                         dx.row_stride, rows, static_cast<int>(cols));
+          !s.ok() || launched)
         return s;
-      if (plan.blocks > 0) {
-        return launch_pipelined(kOp, kernel, plan, stream, py, y.row_stride, pdy, dy.row_stride,
-                                pdx, dx.row_stride, rows, static_cast<int>(cols), plan.params);
-      }
     }
     auto kernel = aligned ? softmax_backward_streamed<T, V> : softmax_backward_streamed<T, 1>;
     StreamedLaunch launch;

@@ -439,19 +439,24 @@ struct Out {
   bool largest = true;
 };
 
+// Pads buf[count, pow2(count)) with item 0 (which sorts last either way) and sorts it. Starts
+// after a block barrier and ends with one.
+template <int kThreads, bool kByColumn>
+__device__ void pad_and_sort(uint64_t* buf, int count) {
+  const int size = pow2_at_least(count);
+  for (int i = count + threadIdx.x; i < size; i += kThreads)
+    buf[i] = 0;
+  __syncthreads();
+  bitonic_sort_descending<kThreads, kByColumn>(buf, size);
+  __syncthreads();
+}
+
 // Writes best[0, k) (in descending order) to row `row` of the values and indices; unsorted
 // results are first re-sorted by column (best must hold pow2(k) items). Starts after a block
 // barrier.
 template <typename T, int kThreads>
 __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t row) {
-  if (!out.sorted) {
-    const int size = pow2_at_least(k);
-    for (int i = k + threadIdx.x; i < size; i += kThreads)
-      best[i] = 0;
-    __syncthreads();
-    bitonic_sort_descending<kThreads, true>(best, size);
-    __syncthreads();
-  }
+  if (!out.sorted) pad_and_sort<kThreads, true>(best, k);
   T* values = out.values + row * out.values_stride;
   for (int i = threadIdx.x; i < k; i += kThreads) {
     const uint64_t item = best[i];
@@ -471,12 +476,7 @@ __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t ro
 template <typename T, int kThreads>
 __device__ void sort_and_write_final(uint64_t* buf, int count, int k, const Out<T>& out,
                                      int64_t row) {
-  const int size = pow2_at_least(count);
-  for (int i = count + threadIdx.x; i < size; i += kThreads)
-    buf[i] = 0;
-  __syncthreads();
-  bitonic_sort_descending<kThreads, false>(buf, size);
-  __syncthreads();
+  pad_and_sort<kThreads, false>(buf, count);
   write_final<T, kThreads>(buf, k, out, row);
 }
 
@@ -727,7 +727,6 @@ __global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<
   for (int i = t; i < n; i += kThreads)
     passing += item_key(gathered[i]) >= bound ? 1u : 0u;
   uint32_t offset = 0, total = 0;
-  __syncthreads();  // s.scan
   cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(passing, offset, total);
   const int64_t slot = row * a.tiles + tile;
   if (total <= static_cast<uint32_t>(a.slot)) {
@@ -745,13 +744,7 @@ __global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<
   }
 
   // 3. Too many candidates: sort everything gathered.
-  __syncthreads();
-  const int size = pow2_at_least(n);
-  for (int i = n + t; i < size; i += kThreads)
-    gathered[i] = 0;
-  __syncthreads();
-  bitonic_sort_descending<kThreads, false>(gathered, size);
-  __syncthreads();
+  pad_and_sort<kThreads, false>(gathered, n);
   if constexpr (kFinal) {
     write_final<T, kThreads>(gathered, k_tile, a.out, row);
   } else {
