@@ -19,6 +19,7 @@
 //   3. When too many pass (ties, adversarial data), a value tile goes to shared memory and is
 //      selected exactly by radix selection (11-bit digits, 3 passes at most) and compacted in
 //      column order; a tile of items is sorted whole.
+#include <cub/block/block_merge_sort.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
@@ -49,6 +50,8 @@ constexpr int kGatherThreads = 512;
 constexpr int kBins = 2048;       // 11-bit digits
 constexpr int kBoundBits = 16;    // bits the bound search resolves
 constexpr int kGroupsPerKey = 4;  // group maxima per wanted key, at most 8 per thread
+constexpr int kBoundBinBits = 8;  // bits of the bound found by one histogram pass
+constexpr int kBoundBins = 1 << kBoundBinBits;
 static_assert(kWideThreads * kPerThread == kValueTile, "a wide block holds a whole tile");
 static_assert(kNarrowThreads * kPerThread == kSmallTile, "a narrow block holds a small tile");
 
@@ -78,18 +81,15 @@ __device__ __forceinline__ float decode(uint32_t key, bool largest) {
 template <int kThreads>
 struct SelectShared {
   static constexpr int kWarps = kThreads / 32;
-  union {
-    uint32_t hist[kBins];
-    uint4 maxima[2 * kThreads];  // the bound search's group maxima: [thread][group / 4]
-  };
+  uint32_t hist[kBins];
   typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
   uint32_t warp_gt[kWarps];
   uint32_t warp_eq[kWarps];
-  uint32_t partial[2][kWarps];  // per-warp counts of the bound search (double-buffered)
-  uint32_t spread[3][kWarps];   // per-warp largest and smallest maxima, non-empty groups
-  uint32_t bin;                 // the bin holding the k-th key
-  uint32_t above;               // keys in the bins above it
-  uint32_t count;               // keys in it
+  uint32_t bins[kBoundBins];   // the bound search's histogram
+  uint32_t spread[3][kWarps];  // per-warp largest and smallest maxima, non-empty groups
+  uint32_t bin;                // the bin holding the k-th key
+  uint32_t above;              // keys in the bins above it
+  uint32_t count;              // keys in it
 };
 
 // What the selection found: a key is taken when (key >> shift) > prefix, or when it equals
@@ -336,29 +336,67 @@ __device__ __forceinline__ uint32_t warp_min(uint32_t v) {
 #endif
 }
 
-// The bit-by-bit search of find_bound over kGroups maxima per thread in s.maxima.
+// One pass of search_bound: of the maxima m[] whose bits above `high` are those of `found`, a
+// histogram of the bits [shift, high], and the bin where the count from the top reaches k_rem.
+// Returns found with that bin's bits; leaves the count above it in s.above.
 template <int kThreads, int kGroups>
-__device__ uint32_t search_bound(uint32_t found, int top, int bottom, uint32_t k,
-                                 SelectShared<kThreads>& s) {
-  constexpr int kWarps = kThreads / 32;
+__device__ uint32_t bound_pass(const uint32_t (&m)[kGroups], uint32_t found, int high, int shift,
+                               uint32_t k_rem, SelectShared<kThreads>& s) {
   const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-#pragma unroll 1
-  for (int bit = top; bit >= bottom; --bit) {
-    const uint32_t candidate = found | (1u << bit);
-    // Read again each time (after the barrier), not held in registers across the search.
-    const uint4 a = s.maxima[2 * threadIdx.x];
-    const uint4 b = kGroups > 4 ? s.maxima[2 * threadIdx.x + 1] : make_uint4(0, 0, 0, 0);
-    uint32_t count = (a.x >= candidate) + (a.y >= candidate);
-    if (kGroups > 2) count += (a.z >= candidate) + (a.w >= candidate);
-    if (kGroups > 4) {
-      count += (b.x >= candidate) + (b.y >= candidate) + (b.z >= candidate) + (b.w >= candidate);
+  for (int i = threadIdx.x; i < kBoundBins; i += kThreads)
+    s.bins[i] = 0;
+  __syncthreads();
+  const uint32_t prefix = high_bits(found, high + 1);
+  const uint32_t mask = (2u << (high - shift)) - 1u;
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    if (m[g] != 0 && high_bits(m[g], high + 1) == prefix) {
+      atomicAdd(&s.bins[(m[g] >> shift) & mask], 1u);
     }
-    count = warp_sum(count);
-    if (lane == 0) s.partial[bit & 1][warp] = count;
-    __syncthreads();
-    const uint32_t total = warp_sum(lane < kWarps ? s.partial[bit & 1][lane] : 0u);
-    if (total >= k) found = candidate;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    // Lane l holds bins 255 - 8l down to 248 - 8l; an exclusive scan from the top.
+    constexpr int kPer = kBoundBins / 32;
+    uint32_t c[kPer];
+    uint32_t sum = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      c[j] = s.bins[kBoundBins - 1 - (lane * kPer + j)];
+      sum += c[j];
+    }
+    uint32_t before = sum;
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const uint32_t v = __shfl_up_sync(0xffffffffu, before, offset);
+      if (lane >= offset) before += v;
+    }
+    before -= sum;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (before < k_rem && before + c[j] >= k_rem) {
+        s.bin = static_cast<uint32_t>(kBoundBins - 1 - (lane * kPer + j));
+        s.above = before;
+      }
+      before += c[j];
+    }
+  }
+  __syncthreads();
+  return found | (s.bin << shift);
+}
+
+// The search of find_bound: the bits top..bottom (at most 2 * kBoundBinBits) of the k-th largest
+// of the non-empty maxima m[], one histogram pass per kBoundBinBits.
+template <int kThreads, int kGroups>
+__device__ uint32_t search_bound(const uint32_t (&m)[kGroups], uint32_t found, int top, int bottom,
+                                 uint32_t k, SelectShared<kThreads>& s) {
+  static_assert(kBoundBits <= 2 * kBoundBinBits, "two passes");
+  const int shift = max(top - (kBoundBinBits - 1), bottom);
+  found = bound_pass<kThreads, kGroups>(m, found, top, shift, k, s);
+  if (shift > bottom) {
+    const uint32_t k_rem = k - s.above;
+    __syncthreads();  // s.above is read before the next pass sets it
+    found = bound_pass<kThreads, kGroups>(m, found, shift - 1, bottom, k_rem, s);
   }
   return max(found, 1u);
 }
@@ -390,10 +428,6 @@ __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
     s.spread[1][warp] = low;
     s.spread[2][warp] = filled;
   }
-  if (groups > 1) {
-    s.maxima[2 * threadIdx.x] = make_uint4(m[0], m[1], m[2], m[3]);
-    if (groups > 4) s.maxima[2 * threadIdx.x + 1] = make_uint4(m[4], m[5], m[6], m[7]);
-  }
   __syncthreads();
   high = warp_max(lane < kWarps ? s.spread[0][lane] : 0u);
   low = warp_min(lane < kWarps ? s.spread[1][lane] : 0xffffffffu);
@@ -403,21 +437,21 @@ __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
   const int top = 31 - __clz(low ^ high);
   uint32_t found = low & ~((2u << top) - 1u);  // the bits above `top`, common to all
   const int bottom = max(top - (kBoundBits - 1), 0);
-  if (groups == 1) {
-#pragma unroll 1
-    for (int bit = top; bit >= bottom; --bit) {
-      const uint32_t candidate = found | (1u << bit);
-      if (static_cast<uint32_t>(__syncthreads_count(m[0] >= candidate)) >= k) found = candidate;
-    }
-    return max(found, 1u);
-  }
   switch (groups) {
-    case 2:
-      return search_bound<kThreads, 2>(found, top, bottom, k, s);
-    case 4:
-      return search_bound<kThreads, 4>(found, top, bottom, k, s);
+    case 1: {
+      const uint32_t g[1] = {m[0]};
+      return search_bound<kThreads, 1>(g, found, top, bottom, k, s);
+    }
+    case 2: {
+      const uint32_t g[2] = {m[0], m[1]};
+      return search_bound<kThreads, 2>(g, found, top, bottom, k, s);
+    }
+    case 4: {
+      const uint32_t g[4] = {m[0], m[1], m[2], m[3]};
+      return search_bound<kThreads, 4>(g, found, top, bottom, k, s);
+    }
     default:
-      return search_bound<kThreads, 8>(found, top, bottom, k, s);
+      return search_bound<kThreads, 8>(m, found, top, bottom, k, s);
   }
 }
 
@@ -439,8 +473,8 @@ struct Out {
   bool largest = true;
 };
 
-// Pads buf[count, pow2(count)) with item 0 (which sorts last either way) and sorts it. Starts
-// after a block barrier and ends with one.
+// Pads buf[count, pow2(count)) with item 0 (which sorts last either way) and sorts it
+// bitonically. Starts after a block barrier and ends with one.
 template <int kThreads, bool kByColumn>
 __device__ void pad_and_sort(uint64_t* buf, int count) {
   const int size = pow2_at_least(count);
@@ -451,12 +485,70 @@ __device__ void pad_and_sort(uint64_t* buf, int count) {
   __syncthreads();
 }
 
+// "a is ordered before b": descending items, or (kByColumn) ascending columns, that is
+// descending low words (~column). Item 0 is ordered after every other either way.
+template <bool kByColumn>
+struct Before {
+  __device__ __forceinline__ bool operator()(uint64_t a, uint64_t b) const {
+    return kByColumn ? static_cast<uint32_t>(a) > static_cast<uint32_t>(b) : a > b;
+  }
+};
+
+// A merge sort of buf[0, count) through registers, kItems per thread (count <= kThreads *
+// kItems), with buf[0, kThreads * kItems] (one more item) as its shared storage.
+template <int kThreads, int kItems, bool kByColumn>
+__device__ void merge_sort(uint64_t* buf, int count) {
+  using Sort = cub::BlockMergeSort<uint64_t, kThreads, kItems>;
+  static_assert(sizeof(typename Sort::TempStorage) <= (kThreads * kItems + 1) * sizeof(uint64_t),
+                "the sort's storage fits in the buffer");
+  uint64_t items[kItems];
+  __syncthreads();  // buf is written
+  // Any placement sorts; striped loads keep the banks apart. Padding with item 0 sorts last.
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = j * kThreads + static_cast<int>(threadIdx.x);
+    items[j] = i < count ? buf[i] : 0u;
+  }
+  __syncthreads();
+  Sort(*reinterpret_cast<typename Sort::TempStorage*>(buf)).Sort(items, Before<kByColumn>());
+  __syncthreads();
+  const int first = static_cast<int>(threadIdx.x) * kItems;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (first + j < count) buf[first + j] = items[j];
+  }
+  __syncthreads();
+}
+
+// Sorts buf[0, count) in descending order (kByColumn: in ascending columns). Up to 256 items,
+// one warp sorts them bitonically; up to 8 per thread, a merge sort through registers; beyond,
+// a bitonic sort of the whole block. buf holds max(pow2(count), kThreads) + 1 items. Needs no
+// barrier after the writes of buf; ends with a block barrier.
+template <int kThreads, bool kByColumn>
+__device__ void sort_items(uint64_t* buf, int count) {
+  if (count > 256 && count <= 8 * kThreads) {
+    const int size = max(pow2_at_least(count), kThreads);
+    if (size <= kThreads) {
+      merge_sort<kThreads, 1, kByColumn>(buf, count);
+    } else if (size <= 2 * kThreads) {
+      merge_sort<kThreads, 2, kByColumn>(buf, count);
+    } else if (size <= 4 * kThreads) {
+      merge_sort<kThreads, 4, kByColumn>(buf, count);
+    } else {
+      merge_sort<kThreads, 8, kByColumn>(buf, count);
+    }
+    return;
+  }
+  __syncthreads();
+  pad_and_sort<kThreads, kByColumn>(buf, count);
+}
+
 // Writes best[0, k) (in descending order) to row `row` of the values and indices; unsorted
 // results are first re-sorted by column (best must hold pow2(k) items). Starts after a block
 // barrier.
 template <typename T, int kThreads>
 __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t row) {
-  if (!out.sorted) pad_and_sort<kThreads, true>(best, k);
+  if (!out.sorted) sort_items<kThreads, true>(best, k);
   T* values = out.values + row * out.values_stride;
   for (int i = threadIdx.x; i < k; i += kThreads) {
     const uint64_t item = best[i];
@@ -476,7 +568,7 @@ __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t ro
 template <typename T, int kThreads>
 __device__ void sort_and_write_final(uint64_t* buf, int count, int k, const Out<T>& out,
                                      int64_t row) {
-  pad_and_sort<kThreads, false>(buf, count);
+  sort_items<kThreads, false>(buf, count);
   write_final<T, kThreads>(buf, k, out, row);
 }
 
@@ -496,8 +588,8 @@ struct ValueArgs {
 };
 
 // One tile per block. Dynamic shared memory: the tile's keys (tile, rounded up to 4) when it
-// falls back to radix selection, then (kFinal) the sort buffer of pow2(min(k, tile)) items; the
-// final tile's candidates use the same space (capacity items).
+// falls back to radix selection, then (kFinal) the sort buffer of pow2(min(k, tile)) items and
+// kSortSlack bytes; the final tile's candidates use the same space (capacity items).
 template <typename T, bool kFinal, int kThreads>
 __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(ValueArgs<T> a) {
   constexpr int V = kVec16<T>;
@@ -642,7 +734,8 @@ struct GatherArgs {
   Out<T> out;
 };
 
-// Dynamic shared memory: lists * slot items (the gathered ones), then slot items (candidates).
+// Dynamic shared memory: lists * slot items (the gathered ones), then slot items (candidates),
+// then kSortSlack bytes.
 template <typename T, bool kFinal>
 __global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<T> a) {
   constexpr int kThreads = kGatherThreads;
@@ -744,7 +837,7 @@ __global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<
   }
 
   // 3. Too many candidates: sort everything gathered.
-  pad_and_sort<kThreads, false>(gathered, n);
+  sort_items<kThreads, false>(gathered, n);
   if constexpr (kFinal) {
     write_final<T, kThreads>(gathered, k_tile, a.out, row);
   } else {
@@ -756,6 +849,9 @@ __global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<
 }
 
 // ---- host -------------------------------------------------------------------------------------
+
+// The item past a sort buffer that merge_sort's shared storage takes (rounded to 16 bytes).
+constexpr size_t kSortSlack = 16;
 
 // Opts `kernel` in to `smem` bytes of dynamic shared memory where its static shared memory
 // and that pass 48 KiB. Each kernel instantiation has its own static shared memory, so the
@@ -799,6 +895,7 @@ Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream
     while (capacity * 2 * sizeof(uint64_t) <= smem)
       capacity *= 2;
     args.capacity = static_cast<int>(capacity);
+    smem += kSortSlack;
   }
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
@@ -811,7 +908,8 @@ Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream
 template <typename T, bool kFinal>
 Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStream_t stream) {
   auto kernel = topk_gather_kernel<T, kFinal>;
-  const size_t smem = static_cast<size_t>(args.lists + 1) * args.slot * sizeof(uint64_t);
+  const size_t smem =
+      static_cast<size_t>(args.lists + 1) * args.slot * sizeof(uint64_t) + kSortSlack;
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
   return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
