@@ -47,10 +47,14 @@ constexpr int kSmallTile = 4096;
 constexpr int kSmallK = 256;
 constexpr int kPerThread = 32;
 constexpr int kGatherThreads = 512;
-constexpr int kBins = 2048;       // 11-bit digits
-constexpr int kBoundBits = 16;    // bits the bound search resolves
-constexpr int kGroupsPerKey = 4;  // group maxima per wanted key, at most 8 per thread
-constexpr int kBoundBinBits = 8;  // bits of the bound found by one histogram pass
+// Items per thread that the sorts hold in registers, at most: value tiles have 64 registers.
+constexpr int kValueSortItems = 2;
+constexpr int kGatherSortItems = 8;
+constexpr int kBins = 2048;            // 11-bit digits
+constexpr uint32_t kBucketItems = 32;  // items of one bucket that bucket_sort ranks, at most
+constexpr int kBoundBits = 16;         // bits the bound search resolves
+constexpr int kGroupsPerKey = 4;       // group maxima per wanted key, at most 8 per thread
+constexpr int kBoundBinBits = 8;       // bits of the bound found by one histogram pass
 constexpr int kBoundBins = 1 << kBoundBinBits;
 static_assert(kWideThreads * kPerThread == kValueTile, "a wide block holds a whole tile");
 static_assert(kNarrowThreads * kPerThread == kSmallTile, "a narrow block holds a small tile");
@@ -520,35 +524,151 @@ __device__ void merge_sort(uint64_t* buf, int count) {
   __syncthreads();
 }
 
-// Sorts buf[0, count) in descending order (kByColumn: in ascending columns). Up to 256 items,
-// one warp sorts them bitonically; up to 8 per thread, a merge sort through registers; beyond,
-// a bitonic sort of the whole block. buf holds max(pow2(count), kThreads) + 1 items. Needs no
-// barrier after the writes of buf; ends with a block barrier.
-template <int kThreads, bool kByColumn>
-__device__ void sort_items(uint64_t* buf, int count) {
-  if (count > 256 && count <= 8 * kThreads) {
-    const int size = max(pow2_at_least(count), kThreads);
-    if (size <= kThreads) {
-      merge_sort<kThreads, 1, kByColumn>(buf, count);
-    } else if (size <= 2 * kThreads) {
-      merge_sort<kThreads, 2, kByColumn>(buf, count);
-    } else if (size <= 4 * kThreads) {
-      merge_sort<kThreads, 4, kByColumn>(buf, count);
-    } else {
-      merge_sort<kThreads, 8, kByColumn>(buf, count);
+// A counting sort of buf[0, count) (at most kItems per thread) by buckets of the primary word
+// (the key, or kByColumn the low word), then by comparison inside each bucket: a few barriers
+// and no merge rounds. The buckets are 4 * kThreads equal ranges of the block's span of primary
+// words, so that spread data leave at most about one item in each. Sorts nothing and
+// returns false when a bucket would hold more than kBucketItems (ties, clustered data). Needs
+// no barrier after the writes of buf; ends with a block barrier.
+template <int kThreads, int kItems, bool kByColumn>
+__device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s) {
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kPer = 4;  // buckets per thread
+  constexpr int kBuckets = kPer * kThreads;
+  constexpr int kBucketBits = kThreads == 512 ? 11 : kThreads == 256 ? 10 : 9;
+  static_assert(kBuckets == 1 << kBucketBits && kBuckets <= kBins, "buckets in s.hist");
+  const int t = static_cast<int>(threadIdx.x);
+  const int lane = t % 32;
+  const int warp = t / 32;
+  const Before<kByColumn> before;
+  auto primary = [](uint64_t item) {
+    return kByColumn ? static_cast<uint32_t>(item) : static_cast<uint32_t>(item >> 32);
+  };
+  __syncthreads();  // buf is written
+  uint64_t item[kItems];
+  uint32_t high = 0, low = 0xffffffffu;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int i = j * kThreads + t;
+    item[j] = i < count ? buf[i] : 0u;
+    if (i < count) {
+      high = max(high, primary(item[j]));
+      low = min(low, primary(item[j]));
     }
-    return;
+  }
+  high = warp_max(high);
+  low = warp_min(low);
+  if (lane == 0) {
+    s.spread[0][warp] = high;
+    s.spread[1][warp] = low;
+  }
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+    s.hist[q * kThreads + t] = 0;
+  __syncthreads();
+  high = warp_max(lane < kWarps ? s.spread[0][lane] : 0u);
+  low = warp_min(lane < kWarps ? s.spread[1][lane] : 0xffffffffu);
+  const uint32_t span = high - low;
+  const int shift = max(32 - __clz(span) - kBucketBits, 0);  // span >> shift < kBuckets
+  uint32_t place[kItems];                                    // the bucket, then the position
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (j * kThreads + t < count) place[j] = (high - primary(item[j])) >> shift;
+  }
+  uint32_t slot[kItems];  // the arrival order in the bucket
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (j * kThreads + t < count) slot[j] = atomicAdd(&s.hist[place[j]], 1u);
   }
   __syncthreads();
-  pad_and_sort<kThreads, kByColumn>(buf, count);
+  // Bucket offsets: an exclusive scan of the counts, in place.
+  uint32_t c[kPer];
+  uint32_t sum = 0, most = 0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    c[q] = s.hist[t * kPer + q];
+    sum += c[q];
+    most = max(most, c[q]);
+  }
+  uint32_t offset = 0;
+  cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(sum, offset);
+  if (__syncthreads_or(most > kBucketItems)) return false;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    s.hist[t * kPer + q] = offset;
+    offset += c[q];
+  }
+  __syncthreads();
+  // Each item to its bucket, in arrival order; then its rank among the bucket's.
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (j * kThreads + t < count) buf[s.hist[place[j]] + slot[j]] = item[j];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (j * kThreads + t < count) {
+      const uint32_t first = s.hist[place[j]];
+      const uint32_t end =
+          place[j] + 1 < kBuckets ? s.hist[place[j] + 1] : static_cast<uint32_t>(count);
+      uint32_t rank = 0;
+      for (uint32_t i = first; i < end; ++i)
+        rank += before(buf[i], item[j]) ? 1u : 0u;
+      place[j] = first + rank;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    if (j * kThreads + t < count) buf[place[j]] = item[j];
+  }
+  __syncthreads();
+  return true;
+}
+
+template <int kThreads, int kItems, bool kByColumn>
+__device__ void bucket_or_merge_sort(uint64_t* buf, int count, SelectShared<kThreads>& s) {
+  if (bucket_sort<kThreads, kItems, kByColumn>(buf, count, s)) return;
+  if (count > 256) {
+    merge_sort<kThreads, kItems, kByColumn>(buf, count);
+  } else {
+    pad_and_sort<kThreads, kByColumn>(buf, count);
+  }
+}
+
+// Sorts buf[0, count) in descending order (kByColumn: in ascending columns). Up to 8 items per
+// thread, by buckets where the data are spread (bucket_sort); else a merge sort through
+// registers, or for at most 256 items a bitonic sort in one warp. Beyond 8 per thread, a
+// bitonic sort of the whole block (also beyond kMaxItems per thread, which bounds the
+// registers the sorts take). buf holds max(pow2(count), kThreads) + 1 items. Needs no
+// barrier after the writes of buf; ends with a block barrier.
+template <int kThreads, int kMaxItems, bool kByColumn>
+__device__ void sort_items(uint64_t* buf, int count, SelectShared<kThreads>& s) {
+  if (count <= 1) {
+    __syncthreads();
+    return;
+  }
+  if (count <= kThreads) {
+    bucket_or_merge_sort<kThreads, 1, kByColumn>(buf, count, s);
+  } else if (kMaxItems >= 2 && count <= 2 * kThreads) {
+    bucket_or_merge_sort<kThreads, 2, kByColumn>(buf, count, s);
+  } else if (kMaxItems >= 4 && count <= 4 * kThreads) {
+    bucket_or_merge_sort<kThreads, 4, kByColumn>(buf, count, s);
+  } else if (kMaxItems >= 8 && count <= 8 * kThreads) {
+    bucket_or_merge_sort<kThreads, 8, kByColumn>(buf, count, s);
+  } else {
+    __syncthreads();
+    pad_and_sort<kThreads, kByColumn>(buf, count);
+  }
 }
 
 // Writes best[0, k) (in descending order) to row `row` of the values and indices; unsorted
 // results are first re-sorted by column (best must hold pow2(k) items). Starts after a block
 // barrier.
-template <typename T, int kThreads>
-__device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t row) {
-  if (!out.sorted) sort_items<kThreads, true>(best, k);
+template <typename T, int kThreads, int kMaxItems>
+__device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t row,
+                            SelectShared<kThreads>& s) {
+  if (!out.sorted) sort_items<kThreads, kMaxItems, true>(best, k, s);
   T* values = out.values + row * out.values_stride;
   for (int i = threadIdx.x; i < k; i += kThreads) {
     const uint64_t item = best[i];
@@ -565,11 +685,11 @@ __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t ro
 
 // Sorts the `count` items of buf (which holds pow2(count)) and writes the first k as the row's
 // result. Starts after a block barrier.
-template <typename T, int kThreads>
+template <typename T, int kThreads, int kMaxItems>
 __device__ void sort_and_write_final(uint64_t* buf, int count, int k, const Out<T>& out,
-                                     int64_t row) {
-  sort_items<kThreads, false>(buf, count);
-  write_final<T, kThreads>(buf, k, out, row);
+                                     int64_t row, SelectShared<kThreads>& s) {
+  sort_items<kThreads, kMaxItems, false>(buf, count, s);
+  write_final<T, kThreads, kMaxItems>(buf, k, out, row, s);
 }
 
 // ---- level 0: tiles of values -----------------------------------------------------------------
@@ -674,7 +794,8 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
       }
     }
     if constexpr (kFinal) {
-      sort_and_write_final<T, kThreads>(dst, static_cast<int>(total), k_tile, a.out, row);
+      sort_and_write_final<T, kThreads, kValueSortItems>(dst, static_cast<int>(total), k_tile,
+                                                         a.out, row, s);
     } else {
       if (t == 0) a.out.counts[slot] = total;
     }
@@ -708,7 +829,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
     compact(tile_keys, len, th, s, [&](uint32_t position, int i) {
       best[position] = make_item(tile_keys[i], static_cast<uint32_t>(start + i));
     });
-    sort_and_write_final<T, kThreads>(best, k_tile, k_tile, a.out, row);
+    sort_and_write_final<T, kThreads, kValueSortItems>(best, k_tile, k_tile, a.out, row, s);
   } else {
     uint64_t* dst = a.out.items + slot * a.out.slot;
     compact(tile_keys, len, th, s, [&](uint32_t position, int i) {
@@ -737,7 +858,7 @@ struct GatherArgs {
 // Dynamic shared memory: lists * slot items (the gathered ones), then slot items (candidates),
 // then kSortSlack bytes.
 template <typename T, bool kFinal>
-__global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<T> a) {
+__global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherArgs<T> a) {
   constexpr int kThreads = kGatherThreads;
   extern __shared__ __align__(16) uint64_t gathered[];
   __shared__ SelectShared<kThreads> s;
@@ -829,7 +950,8 @@ __global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<
       if (item_key(item) >= bound) dst[offset++] = item;
     }
     if constexpr (kFinal) {
-      sort_and_write_final<T, kThreads>(candidates, static_cast<int>(total), k_tile, a.out, row);
+      sort_and_write_final<T, kThreads, kGatherSortItems>(candidates, static_cast<int>(total),
+                                                          k_tile, a.out, row, s);
     } else {
       if (t == 0) a.out.counts[slot] = total;
     }
@@ -837,9 +959,9 @@ __global__ void __launch_bounds__(kGatherThreads) topk_gather_kernel(GatherArgs<
   }
 
   // 3. Too many candidates: sort everything gathered.
-  sort_items<kThreads, false>(gathered, n);
+  sort_items<kThreads, kGatherSortItems, false>(gathered, n, s);
   if constexpr (kFinal) {
-    write_final<T, kThreads>(gathered, k_tile, a.out, row);
+    write_final<T, kThreads, kGatherSortItems>(gathered, k_tile, a.out, row, s);
   } else {
     uint64_t* dst = a.out.items + slot * a.out.slot;
     for (int i = t; i < k_tile; i += kThreads)
