@@ -91,6 +91,7 @@ struct SelectShared {
   uint32_t warp_eq[kWarps];
   uint32_t bins[kBoundBins];   // the bound search's histogram
   uint32_t spread[3][kWarps];  // per-warp largest and smallest maxima, non-empty groups
+  uint32_t sample_min[2];      // per-warp least bound of a row's samples (at most 64)
   uint32_t bin;                // the bin holding the k-th key
   uint32_t above;              // keys in the bins above it
   uint32_t count;              // keys in it
@@ -704,6 +705,12 @@ struct ValueArgs {
   int tiles = 0;     // tiles per row
   int k = 0;
   int capacity = 0;  // kFinal: items the dynamic shared memory holds, a power of two
+  // Sampling launch (blocks: rows * samples): sample s of a row is its tile s * tiles / samples,
+  // whose bound for k keys goes to sample_out[row * samples + s] (1 if it has k or fewer).
+  uint32_t* sample_out = nullptr;
+  // Level 0 of a sampled row: the least of the samples' bounds is the row's.
+  const uint32_t* sample_in = nullptr;
+  int samples = 0;
   Out<T> out;
 };
 
@@ -719,8 +726,12 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
   const int t = threadIdx.x;
   const bool largest = a.out.largest;
 
-  const int64_t row = a.row0 + blockIdx.x / a.tiles;
-  const int tile = static_cast<int>(blockIdx.x % a.tiles);
+  const bool sampling = a.sample_out != nullptr;
+  const int per_row = sampling ? a.samples : a.tiles;
+  const int64_t row = a.row0 + blockIdx.x / per_row;
+  const int tile =
+      sampling ? static_cast<int>(static_cast<int64_t>(blockIdx.x % per_row) * a.tiles / a.samples)
+               : static_cast<int>(blockIdx.x % per_row);
   const int64_t start = static_cast<int64_t>(tile) * a.tile;
   const int len = static_cast<int>(a.n - start < a.tile ? a.n - start : a.tile);
   const T* src = a.x + row * a.x_stride + start;
@@ -754,10 +765,39 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
   const uint32_t extra = extra_column >= 0 ? encode(to_float(src[extra_column]), largest) : 0u;
   auto column_of = [&](int j, int e) { return head + (t + j * kThreads) * V + e; };
 
-  // 1. The bound.
+  // The row's bound from its samples (warps 0 and 1 read them).
+  const int lane = t % 32;
+  const int warp = t / 32;
+  uint32_t row_bound = 1;
+  if (a.sample_in != nullptr) {
+    const uint32_t b = warp_min(t < a.samples ? a.sample_in[row * a.samples + t] : 0xffffffffu);
+    if (lane == 0 && warp < 2) s.sample_min[warp] = b;
+    __syncthreads();
+    row_bound = min(s.sample_min[0], s.sample_min[1]);
+  }
+  // Counts the keys at or above a bound; places the thread's first by a block scan.
+  uint32_t mine = 0, offset = 0, total = 0;
+  auto place = [&](uint32_t bound) {
+    mine = extra >= bound ? 1u : 0u;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i)
+      mine += key[i] >= bound ? 1u : 0u;
+    cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(mine, offset, total);
+  };
+  const int64_t slot = row * a.tiles + tile;
+  const uint32_t limit = kFinal ? static_cast<uint32_t>(a.capacity) : a.out.slot;
+
+  // 1. The bound: the row's, when few enough keys pass it; else the tile's own (or the row's if
+  // higher).
   const int k_tile = min(a.k, len);
-  uint32_t bound = 1;  // every key (k_tile == len)
-  if (k_tile < len) {
+  uint32_t bound = row_bound;
+  bool placed = false;
+  if (row_bound > 1) {
+    place(row_bound);
+    placed = total <= limit;
+    __syncthreads();  // s.scan is free again
+  }
+  if (!placed && k_tile < len) {
     uint32_t m[8];
 #pragma unroll
     for (int g = 0; g < 8; ++g) {
@@ -769,28 +809,27 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
     m[0] = max(m[0], extra);
     const int groups = groups_for<kThreads>(k_tile);
     fold_maxima(m, groups);
-    bound = find_bound(m, groups, static_cast<uint32_t>(k_tile), s);
+    bound = max(row_bound, find_bound(m, groups, static_cast<uint32_t>(k_tile), s));
+  }
+  if (sampling) {
+    if (t == 0) a.sample_out[row * a.samples + blockIdx.x % per_row] = bound;
+    return;
   }
 
   // 2. The candidates, placed by a block scan.
-  uint32_t passing = extra >= bound ? 1u : 0u;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i)
-    passing += key[i] >= bound ? 1u : 0u;
-  uint32_t offset = 0, total = 0;
-  cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(passing, offset, total);
-  const int64_t slot = row * a.tiles + tile;
-  const uint32_t limit = kFinal ? static_cast<uint32_t>(a.capacity) : a.out.slot;
+  if (!placed) place(bound);
   if (total <= limit) {
     uint64_t* dst =
         kFinal ? reinterpret_cast<uint64_t*>(dynamic_smem) : a.out.items + slot * a.out.slot;
-    if (extra >= bound) dst[offset++] = make_item(extra, start + extra_column);
+    if (mine > 0) {
+      if (extra >= bound) dst[offset++] = make_item(extra, start + extra_column);
 #pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
+      for (int j = 0; j < kVecs; ++j) {
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const uint32_t k_je = key[j * V + e];
-        if (k_je >= bound) dst[offset++] = make_item(k_je, start + column_of(j, e));
+        for (int e = 0; e < V; ++e) {
+          const uint32_t k_je = key[j * V + e];
+          if (k_je >= bound) dst[offset++] = make_item(k_je, start + column_of(j, e));
+        }
       }
     }
     if constexpr (kFinal) {
@@ -852,11 +891,12 @@ struct GatherArgs {
   int k = 0;
   int slot = 0;  // a power of two
   int slot_log2 = 0;
+  int capacity = 0;  // items gathered into shared memory at once, at least 2 * slot
   Out<T> out;
 };
 
-// Dynamic shared memory: lists * slot items (the gathered ones), then slot items (candidates),
-// then kSortSlack bytes.
+// Dynamic shared memory: capacity items (the gathered ones), then slot items (candidates), then
+// kSortSlack bytes. Slots that hold more than capacity items together come in chunks.
 template <typename T, bool kFinal>
 __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherArgs<T> a) {
   constexpr int kThreads = kGatherThreads;
@@ -869,7 +909,7 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
   const int first = tile * a.lists;
   const int here = min(a.lists, a.lists_in - first);
   const int64_t in_slot = row * a.lists_in + first;
-  uint64_t* candidates = gathered + static_cast<int64_t>(a.lists) * a.slot;
+  uint64_t* candidates = gathered + a.capacity;
 
   // Offsets of the gathered slots: a block scan of their counts.
   {
@@ -892,81 +932,107 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
     }
   }
   __syncthreads();
-  const int n = static_cast<int>(list_offset[here]);
-  // Eight loads in flight per thread: a block that gathers alone waits on memory, not issue.
-  const int positions = here << a.slot_log2;
-  for (int base = t; base < positions; base += 8 * kThreads) {
-    uint64_t item[8];
-    int at[8];
+  // Chunks of slots, each loaded after the items kept from the ones before (gathered[0, kept))
+  // and selected with them, until the last.
+  const int64_t slot = row * a.tiles + tile;
+  int kept = 0;
+  for (int l0 = 0;;) {
+    int l1 = l0 + 1;  // each slot fits (kept <= a.slot and a.capacity >= 2 * a.slot)
+    while (l1 < here &&
+           static_cast<int>(list_offset[l1 + 1] - list_offset[l0]) <= a.capacity - kept)
+      ++l1;
+    const int base = static_cast<int>(list_offset[l0]);
+    const int count = static_cast<int>(list_offset[l1]) - base;
+    // Item i of the chunk is in the last slot l whose offset is at most base + i. Eight loads
+    // in flight per thread: a block that gathers alone waits on memory, not issue.
+    for (int i0 = t; i0 < count; i0 += 8 * kThreads) {
+      uint64_t item[8];
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const int i = base + u * kThreads;
-      at[u] = -1;
-      if (i < positions) {
-        const int l = i >> a.slot_log2;
-        const int j = i & (a.slot - 1);
-        const int p = static_cast<int>(list_offset[l]) + j;
-        if (p < static_cast<int>(list_offset[l + 1])) {
-          at[u] = p;
-          item[u] = a.in[((in_slot + l) << a.slot_log2) + j];
+      for (int u = 0; u < 8; ++u) {
+        const int i = i0 + u * kThreads;
+        if (i < count) {
+          const uint32_t p = static_cast<uint32_t>(base + i);
+          int lo = l0, hi = l1 - 1;
+          while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (list_offset[mid] <= p) {
+              lo = mid;
+            } else {
+              hi = mid - 1;
+            }
+          }
+          item[u] = a.in[((in_slot + lo) << a.slot_log2) + (p - list_offset[lo])];
         }
       }
-    }
 #pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      if (at[u] >= 0) gathered[at[u]] = item[u];
-    }
-  }
-  __syncthreads();
-
-  // 1. The bound: maxima of the thread's items t + (8q + g) * kThreads, folded.
-  const int k_tile = min(a.k, n);
-  uint32_t bound = 1;
-  if (k_tile < n) {
-    uint32_t m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int base = t; base < n; base += 8 * kThreads) {
-#pragma unroll
-      for (int g = 0; g < 8; ++g) {
-        const int i = base + g * kThreads;
-        if (i < n) m[g] = max(m[g], item_key(gathered[i]));
+      for (int u = 0; u < 8; ++u) {
+        if (i0 + u * kThreads < count) gathered[kept + i0 + u * kThreads] = item[u];
       }
     }
-    const int groups = groups_for<kThreads>(k_tile);
-    fold_maxima(m, groups);
-    bound = find_bound(m, groups, static_cast<uint32_t>(k_tile), s);
-  }
+    __syncthreads();
+    const int n = kept + count;
+    const bool last = l1 == here;
 
-  // 2. The candidates, placed by a block scan over each thread's items.
-  uint32_t passing = 0;
-  for (int i = t; i < n; i += kThreads)
-    passing += item_key(gathered[i]) >= bound ? 1u : 0u;
-  uint32_t offset = 0, total = 0;
-  cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(passing, offset, total);
-  const int64_t slot = row * a.tiles + tile;
-  if (total <= static_cast<uint32_t>(a.slot)) {
-    uint64_t* dst = kFinal ? candidates : a.out.items + slot * a.out.slot;
-    for (int i = t; i < n; i += kThreads) {
-      const uint64_t item = gathered[i];
-      if (item_key(item) >= bound) dst[offset++] = item;
+    // 1. The bound: maxima of the thread's items t + (8q + g) * kThreads, folded.
+    const int k_tile = min(a.k, n);
+    uint32_t bound = 1;
+    if (k_tile < n) {
+      uint32_t m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int i0 = t; i0 < n; i0 += 8 * kThreads) {
+#pragma unroll
+        for (int g = 0; g < 8; ++g) {
+          const int i = i0 + g * kThreads;
+          if (i < n) m[g] = max(m[g], item_key(gathered[i]));
+        }
+      }
+      const int groups = groups_for<kThreads>(k_tile);
+      fold_maxima(m, groups);
+      bound = find_bound(m, groups, static_cast<uint32_t>(k_tile), s);
     }
-    if constexpr (kFinal) {
-      sort_and_write_final<T, kThreads, kGatherSortItems>(candidates, static_cast<int>(total),
-                                                          k_tile, a.out, row, s);
+
+    // 2. The candidates, placed by a block scan over each thread's items.
+    uint32_t passing = 0;
+    for (int i = t; i < n; i += kThreads)
+      passing += item_key(gathered[i]) >= bound ? 1u : 0u;
+    uint32_t offset = 0, total = 0;
+    cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(passing, offset, total);
+    if (total <= static_cast<uint32_t>(a.slot)) {
+      uint64_t* dst = kFinal || !last ? candidates : a.out.items + slot * a.out.slot;
+      for (int i = t; i < n; i += kThreads) {
+        const uint64_t item = gathered[i];
+        if (item_key(item) >= bound) dst[offset++] = item;
+      }
+      if (!last) {  // kept for the next chunk
+        __syncthreads();
+        for (int i = t; i < static_cast<int>(total); i += kThreads)
+          gathered[i] = candidates[i];
+        kept = static_cast<int>(total);
+      } else if constexpr (kFinal) {
+        sort_and_write_final<T, kThreads, kGatherSortItems>(candidates, static_cast<int>(total),
+                                                            k_tile, a.out, row, s);
+        return;
+      } else {
+        if (t == 0) a.out.counts[slot] = total;
+        return;
+      }
     } else {
-      if (t == 0) a.out.counts[slot] = total;
+      // 3. Too many candidates: sort everything gathered; its first k_tile are the best.
+      sort_items<kThreads, kGatherSortItems, false>(gathered, n, s);
+      if (!last) {
+        kept = k_tile;
+      } else if constexpr (kFinal) {
+        write_final<T, kThreads, kGatherSortItems>(gathered, k_tile, a.out, row, s);
+        return;
+      } else {
+        uint64_t* dst = a.out.items + slot * a.out.slot;
+        for (int i = t; i < k_tile; i += kThreads)
+          dst[i] = gathered[i];
+        if (t == 0) a.out.counts[slot] = static_cast<uint32_t>(k_tile);
+        return;
+      }
     }
-    return;
-  }
-
-  // 3. Too many candidates: sort everything gathered.
-  sort_items<kThreads, kGatherSortItems, false>(gathered, n, s);
-  if constexpr (kFinal) {
-    write_final<T, kThreads, kGatherSortItems>(gathered, k_tile, a.out, row, s);
-  } else {
-    uint64_t* dst = a.out.items + slot * a.out.slot;
-    for (int i = t; i < k_tile; i += kThreads)
-      dst[i] = gathered[i];
-    if (t == 0) a.out.counts[slot] = static_cast<uint32_t>(k_tile);
+    __syncthreads();
+    l0 = l1;
   }
 }
 
@@ -1021,7 +1087,8 @@ Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream
   }
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
-  return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
+  const int per_row = args.sample_out != nullptr ? args.samples : args.tiles;
+  return for_row_batches(op, rows, per_row, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
     kernel<<<blocks, kThreads, smem, stream>>>(args);
   });
@@ -1031,7 +1098,7 @@ template <typename T, bool kFinal>
 Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStream_t stream) {
   auto kernel = topk_gather_kernel<T, kFinal>;
   const size_t smem =
-      static_cast<size_t>(args.lists + 1) * args.slot * sizeof(uint64_t) + kSortSlack;
+      static_cast<size_t>(args.capacity + args.slot) * sizeof(uint64_t) + kSortSlack;
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
   return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
@@ -1076,6 +1143,8 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
       }
       const Status status = [&] {
         if (i == 0) {
+          uint32_t* bounds =
+              reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + plan.bounds_offset);
           ValueArgs<T> args;
           args.x = static_cast<const T*>(x.data);
           args.x_stride = x.row_stride;
@@ -1085,6 +1154,18 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
           args.k = level.k;
           args.out = out;
           const bool narrow = level.tile <= kSmallTile && level.k <= kSmallK;
+          if (plan.samples > 0) {  // the row's tiles are wide and not its last
+            ValueArgs<T> sample = args;
+            sample.k = plan.sample_k;
+            sample.sample_out = bounds;
+            sample.samples = plan.samples;
+            if (Status s = launch_values<T, false, kWideThreads>(op, sample, rows, stream);
+                !s.ok()) {
+              return s;
+            }
+            args.sample_in = bounds;
+            args.samples = plan.samples;
+          }
           if (last) {
             return narrow ? launch_values<T, true, kNarrowThreads>(op, args, rows, stream)
                           : launch_values<T, true, kWideThreads>(op, args, rows, stream);
@@ -1100,6 +1181,7 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
         args.tiles = level.tiles;
         args.k = level.k;
         args.slot = slot;
+        args.capacity = level.capacity;
         while ((1 << args.slot_log2) < slot)
           ++args.slot_log2;
         args.out = out;

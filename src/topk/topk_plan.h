@@ -17,6 +17,12 @@ namespace cudaops::detail::topk {
 constexpr int64_t kValueTile = kTopkTileCols;  // values per tile
 constexpr int64_t kGatherItems = 16384;        // slot items gathered by one block (128 KiB)
 constexpr int64_t kGatherLists = 128;          // slots gathered by one block, at most
+// Rows of at least kSampleFrom tiles are sampled first: a few of their tiles each find a bound
+// of their sample_k-th key, and the least of those bounds is a bound of the row's k-th key
+// (samples * sample_k >= k keys are at or above it) that every tile of the row applies. Most
+// tiles then leave few candidates, and the first gathering level takes kGatherLists slots.
+constexpr int64_t kSampleFrom = 64;
+constexpr int64_t kSampleTiles = 64;  // tiles sampled per row, at most
 
 inline int64_t next_pow2(int64_t n) {
   int64_t p = 1;
@@ -32,10 +38,11 @@ inline int64_t slot_items(int64_t k) {
 }
 
 struct Level {
-  int64_t n = 0;  // values (level 0) or slots (later levels) per row
-  int tile = 0;   // values per block (level 0); slots per block, lists * slot (later levels)
-  int tiles = 0;  // blocks per row
-  int lists = 0;  // later levels: slots of the previous level gathered per block, a power of two
+  int64_t n = 0;     // values (level 0) or slot positions (later levels) per row
+  int tile = 0;      // values per block (level 0); slot positions per block, lists * slot
+  int tiles = 0;     // blocks per row
+  int lists = 0;     // later levels: slots of the previous level gathered per block, a power of two
+  int capacity = 0;  // later levels: items a block holds at once (more come in chunks)
   int k = 0;
 };
 
@@ -49,6 +56,9 @@ struct Buffer {
 struct Plan {
   std::vector<Level> levels;
   Buffer buffers[2];
+  int samples = 0;           // tiles sampled per row (0: none)
+  int sample_k = 0;          // keys each sampled tile's bound stands for: samples * sample_k >= k
+  size_t bounds_offset = 0;  // the samples' bounds: rows * samples, 4 bytes each
   size_t workspace_bytes = 0;
 };
 
@@ -71,16 +81,19 @@ inline Level plan_values(int64_t n, int64_t k) {
   return level;
 }
 
-// Gathering the slots of `lists` tiles per row.
-inline Level plan_gather(int64_t lists, int64_t k) {
+// Gathering the slots of `lists` tiles per row. Dense slots (about k items each) are gathered
+// as many per block as kGatherItems holds; sparse ones (after a sampled level 0) kGatherLists
+// per block, in chunks of kGatherItems should they hold more.
+inline Level plan_gather(int64_t lists, int64_t k, bool sparse) {
   Level level;
   const int64_t slot = slot_items(k);
   level.n = lists * slot;
   level.k = static_cast<int>(k);
-  const int64_t most = std::min(kGatherItems / slot, kGatherLists);  // >= 4 for k <= 2048
-  level.lists = static_cast<int>(lists <= most ? next_pow2(lists) : most);
+  const int64_t most = sparse ? kGatherLists : std::min(kGatherItems / slot, kGatherLists);
+  level.lists = static_cast<int>(lists <= most ? next_pow2(lists) : most);  // >= 4 when dense
   level.tiles = static_cast<int>((lists + level.lists - 1) / level.lists);
   level.tile = static_cast<int>(level.lists * slot);
+  level.capacity = static_cast<int>(std::min<int64_t>(level.tile, kGatherItems));
   return level;
 }
 
@@ -88,8 +101,16 @@ inline Level plan_gather(int64_t lists, int64_t k) {
 inline Plan make_plan(int64_t rows, int64_t cols, int64_t k) {
   Plan plan;
   plan.levels.push_back(plan_values(cols, k));
-  while (plan.levels.back().tiles > 1)
-    plan.levels.push_back(plan_gather(plan.levels.back().tiles, k));
+  const int64_t tiles = plan.levels.front().tiles;
+  if (tiles >= kSampleFrom) {
+    plan.samples = static_cast<int>(std::min(kSampleTiles, tiles / 4));
+    plan.sample_k = static_cast<int>((k + plan.samples - 1) / plan.samples);
+  }
+  bool sparse = plan.samples > 0;
+  while (plan.levels.back().tiles > 1) {
+    plan.levels.push_back(plan_gather(plan.levels.back().tiles, k, sparse));
+    sparse = false;
+  }
   // Level i (all but the last) fills rows * tiles slots in buffer i % 2.
   size_t slots[2] = {0, 0};
   for (size_t i = 0; i + 1 < plan.levels.size(); ++i) {
@@ -105,6 +126,8 @@ inline Plan make_plan(int64_t rows, int64_t cols, int64_t k) {
     plan.buffers[b].counts_offset = offset;
     offset += aligned(slots[b] * 4);
   }
+  plan.bounds_offset = offset;
+  offset += aligned(static_cast<size_t>(rows) * plan.samples * 4);
   plan.workspace_bytes = offset;
   return plan;
 }

@@ -178,6 +178,28 @@ TEST_P(TopkDtype, ManyTies) {
   }
 }
 
+// Rows of 65 tiles are sampled for a row-wide bound. A ramp puts the row's best in its last
+// tile (which no sample sees) and the smallest in its first; a row of three values makes the
+// samples' bound pass every key, so that the tiles fall back to their own and fill their slots,
+// which the first gathering level then takes in chunks.
+TEST_P(TopkDtype, SampledRows) {
+  const DType dtype = GetParam();
+  const int64_t cols = 64 * kTopkTileCols + 5;
+  const RowShape s{3, cols, cols};
+  HostArray x(dtype, s.rows * cols);
+  for (int64_t i = 0; i < x.size(); ++i) {
+    const int64_t r = i / cols, c = i % cols;
+    const double ramp = std::ldexp(static_cast<double>(c), -10);
+    x.set(i, r == 0 ? ramp : (r == 1 ? -ramp : static_cast<double>((c * 7919) % 3)));
+  }
+  for (int64_t k : {int64_t{1}, int64_t{100}, int64_t{2048}}) {
+    for (const TopkOptions& o : kAllOptions) {
+      SCOPED_TRACE("k " + std::to_string(k));
+      EXPECT_TRUE(CheckHost(x, s, k, o));
+    }
+  }
+}
+
 // NaN ranks above every number, then +inf; -inf below every number; -0.0 below +0.0.
 TEST_P(TopkDtype, NanInfinitiesAndSignedZeros) {
   const DType dtype = GetParam();

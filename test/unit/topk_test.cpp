@@ -109,26 +109,47 @@ TEST(TopkPlan, LevelsShrinkToOneTile) {
             EXPECT_EQ(level.tile % 8, 0);
           }
         } else {
-          // Every slot of the previous level gathered once; slots per block a power of two
-          // that fits the block.
+          // Every slot of the previous level gathered once; slots per block a power of two,
+          // dense ones (all but those of a sampled level 0) as many as fit the block, and
+          // chunks of at least two slots.
           const int64_t lists = plan.levels[i - 1].tiles;
           const int64_t slot = detail::topk::slot_items(k);
+          const bool sparse = i == 1 && plan.samples > 0;
           EXPECT_EQ(level.n, lists * slot);
           EXPECT_EQ(level.lists & (level.lists - 1), 0);
           EXPECT_GE(level.lists, 2);
-          EXPECT_LE(level.lists * slot, detail::topk::kGatherItems);
+          if (!sparse) {
+            EXPECT_LE(level.lists * slot, detail::topk::kGatherItems);
+          }
           EXPECT_LE(level.lists, detail::topk::kGatherLists);
           EXPECT_EQ(level.tile, level.lists * slot);
+          EXPECT_EQ(level.capacity, std::min<int64_t>(level.tile, detail::topk::kGatherItems));
+          EXPECT_GE(level.capacity, 2 * slot);
           EXPECT_GE(int64_t{level.lists} * level.tiles, lists);
           EXPECT_LT(int64_t{level.lists} * (level.tiles - 1), lists);
         }
       }
+      // Rows of many tiles are sampled: samples * sample_k >= k keys stand behind the row's
+      // bound, and each sample is a whole tile with more than sample_k values.
+      const detail::topk::Level& values = plan.levels.front();
+      EXPECT_EQ(plan.samples > 0, values.tiles >= detail::topk::kSampleFrom);
+      if (plan.samples > 0) {
+        EXPECT_LE(plan.samples, values.tiles);
+        EXPECT_LE(plan.samples, detail::topk::kSampleTiles);
+        EXPECT_GE(int64_t{plan.samples} * plan.sample_k, k);
+        EXPECT_LT(plan.sample_k, values.n - int64_t{values.tile} * (values.tiles - 1));
+        EXPECT_GE(plan.workspace_bytes - plan.bounds_offset, 3u * plan.samples * 4);
+      }
       EXPECT_EQ(plan.workspace_bytes == 0, plan.levels.size() == 1);
     }
   }
-  // The largest row: 1024 tiles of 16384 values, then slots of 4096 gathered four per block
-  // into 256, 64, 16, 4 and 1.
-  EXPECT_EQ(detail::topk::make_plan(1, kTopkMaxCols, 2048).levels.size(), 6u);
+  // The largest row: 1024 tiles of 16384 values, sampled; their sparse slots gathered 128 per
+  // block into 8, whose slots of 4096 are gathered four per block into 2, and then 1.
+  const detail::topk::Plan largest = detail::topk::make_plan(1, kTopkMaxCols, 2048);
+  ASSERT_EQ(largest.levels.size(), 4u);
+  EXPECT_EQ(largest.samples, 64);
+  EXPECT_EQ(largest.levels[1].tiles, 8);
+  EXPECT_EQ(largest.levels[2].tiles, 2);
 }
 
 TEST(TopkReference, OrderTiesNanAndZeros) {
