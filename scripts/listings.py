@@ -50,8 +50,13 @@ SPILL_ALLOWED = [
      "4096 x 32768 bf16 on an H100"),
     (r"topk_values_kernel<",
      "each thread holds 32 keys of its tile in registers, capped at 64 by two 512-thread (or "
-     "eight 128-thread) blocks per SM; 4 to 24 bytes of loop state go to local memory, which "
-     "stays in L1"),
+     "eight 128-thread) blocks per SM; the tiles that are not their row's last spill 8 to 120 "
+     "bytes of loop state, and the last tiles up to about 150 bytes around their sorts of the "
+     "candidates (once per block), all of which stays in L1"),
+    (r"topk_gather_kernel<.*?, (true|\(bool\)1)>",
+     "the row's last gathering block holds up to 8 items per thread in its sorts beside the "
+     "chunk state, at its cap of 128 registers (512 threads); 68 bytes go to local memory, "
+     "which stays in L1, once per block"),
     (r"layer_norm_pipelined<__nv_bfloat16>",
      "1024 threads cap it at 64 registers, holding the row and the weight; 8 bytes of loop state "
      "stay in local memory (L1)"),

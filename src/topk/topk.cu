@@ -726,7 +726,9 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
   const int t = threadIdx.x;
   const bool largest = a.out.largest;
 
-  const bool sampling = a.sample_out != nullptr;
+  // Only wide tiles that are not their row's last are sampled, or use the samples.
+  constexpr bool kSampled = !kFinal && kThreads == kWideThreads;
+  const bool sampling = kSampled && a.sample_out != nullptr;
   const int per_row = sampling ? a.samples : a.tiles;
   const int64_t row = a.row0 + blockIdx.x / per_row;
   const int tile =
@@ -769,7 +771,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
   const int lane = t % 32;
   const int warp = t / 32;
   uint32_t row_bound = 1;
-  if (a.sample_in != nullptr) {
+  if (kSampled && a.sample_in != nullptr) {
     const uint32_t b = warp_min(t < a.samples ? a.sample_in[row * a.samples + t] : 0xffffffffu);
     if (lane == 0 && warp < 2) s.sample_min[warp] = b;
     __syncthreads();
@@ -792,7 +794,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
   const int k_tile = min(a.k, len);
   uint32_t bound = row_bound;
   bool placed = false;
-  if (row_bound > 1) {
+  if (kSampled && row_bound > 1) {
     place(row_bound);
     placed = total <= limit;
     __syncthreads();  // s.scan is free again
@@ -937,10 +939,21 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
   const int64_t slot = row * a.tiles + tile;
   int kept = 0;
   for (int l0 = 0;;) {
-    int l1 = l0 + 1;  // each slot fits (kept <= a.slot and a.capacity >= 2 * a.slot)
-    while (l1 < here &&
-           static_cast<int>(list_offset[l1 + 1] - list_offset[l0]) <= a.capacity - kept)
-      ++l1;
+    // The most slots that fit after the kept items: at least one (kept <= a.slot and
+    // a.capacity >= 2 * a.slot).
+    int l1 = l0 + 1;
+    {
+      const uint32_t most = list_offset[l0] + static_cast<uint32_t>(a.capacity - kept);
+      int hi = here;
+      while (l1 < hi) {
+        const int mid = (l1 + hi + 1) / 2;
+        if (list_offset[mid] <= most) {
+          l1 = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+    }
     const int base = static_cast<int>(list_offset[l0]);
     const int count = static_cast<int>(list_offset[l1]) - base;
     // Item i of the chunk is in the last slot l whose offset is at most base + i. Eight loads
