@@ -120,7 +120,6 @@ TEST(TopkPlan, LevelsShrinkToOneTile) {
           EXPECT_GE(level.lists, 2);
           if (!sparse) {
             EXPECT_LE(level.lists * slot, detail::topk::kGatherItems);
-            EXPECT_LE(level.lists, detail::topk::kDenseLists);
           }
           EXPECT_LE(level.lists, detail::topk::kGatherLists);
           EXPECT_EQ(level.tile, level.lists * slot);
@@ -144,12 +143,13 @@ TEST(TopkPlan, LevelsShrinkToOneTile) {
       EXPECT_EQ(plan.workspace_bytes == 0, plan.levels.size() == 1);
     }
   }
-  // The largest row: 1024 tiles of 16384 values, sampled; their sparse slots gathered by one
-  // block.
+  // The largest row: 1024 tiles of 16384 values, sampled; their sparse slots gathered 128 per
+  // block into 8, whose slots of 4096 are gathered four per block into 2, and then 1.
   const detail::topk::Plan largest = detail::topk::make_plan(1, kTopkMaxCols, 2048);
-  ASSERT_EQ(largest.levels.size(), 2u);
+  ASSERT_EQ(largest.levels.size(), 4u);
   EXPECT_EQ(largest.samples, 64);
-  EXPECT_EQ(largest.levels[1].lists, 1024);
+  EXPECT_EQ(largest.levels[1].tiles, 8);
+  EXPECT_EQ(largest.levels[2].tiles, 2);
 }
 
 TEST(TopkReference, OrderTiesNanAndZeros) {
