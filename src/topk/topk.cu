@@ -11,11 +11,15 @@
 //   1. A lower bound of the tile's k-th key: the maxima of disjoint groups of elements are
 //      elements, so the k-th largest of the block's group maxima leaves at least k keys at or
 //      above it. With four groups per wanted key, about 1.15 k keys of random data pass. The
-//      bound is found bit by bit, 16 bits below the highest bit where the maxima differ, with
-//      one block count per bit.
+//      bound is found 16 bits below the highest bit where the maxima differ, by two 8-bit
+//      histogram passes. Rows of many tiles are sampled first (topk_plan.h): the least of a
+//      few tiles' bounds is the row's, and a tile that finds few enough keys above it skips
+//      its own.
 //   2. The keys at or above the bound are the tile's candidates. A tile that is not its row's
 //      last leaves them (at most slot_items(k), in any order) for the next level; the last sorts
-//      them with a bitonic sort and writes the first k (unsorted results: re-sorted by column).
+//      them (sort_items: by buckets of the keys where they are spread, else a merge sort) and
+//      writes the first k (unsorted results: re-sorted by column). A gathering block whose
+//      slots hold more than its shared memory takes them in chunks.
 //   3. When too many pass (ties, adversarial data), a value tile goes to shared memory and is
 //      selected exactly by radix selection (11-bit digits, 3 passes at most) and compacted in
 //      column order; a tile of items is sorted whole.
