@@ -255,6 +255,15 @@ __device__ __forceinline__ uint32_t warp_sum(uint32_t v) {
 #endif
 }
 
+// "a is ordered before b": descending items, or (kByColumn) ascending columns, that is
+// descending low words (~column). Item 0 is ordered after every other either way.
+template <bool kByColumn>
+struct Before {
+  __device__ __forceinline__ bool operator()(uint64_t a, uint64_t b) const {
+    return kByColumn ? static_cast<uint32_t>(a) > static_cast<uint32_t>(b) : a > b;
+  }
+};
+
 // Sorts buf[0, m) (m a power of two) in descending order of the items (kByColumn: of their low
 // words, ~column, so ascending columns), bitonically: one warp when m <= 256; else warp w owns
 // the contiguous chunk [w * chunk, (w + 1) * chunk) of items, chunk >= 64, and does the
@@ -282,8 +291,7 @@ __device__ void bitonic_sort_descending(uint64_t* buf, int m) {
           const bool descending = (lo & size) == 0;
           const uint64_t a = buf[lo];
           const uint64_t b = buf[hi];
-          const bool less = kByColumn ? static_cast<uint32_t>(a) < static_cast<uint32_t>(b) : a < b;
-          if (less == descending) {
+          if (Before<kByColumn>()(b, a) == descending) {
             buf[lo] = b;
             buf[hi] = a;
           }
@@ -343,6 +351,28 @@ __device__ __forceinline__ uint32_t warp_min(uint32_t v) {
     v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 #endif
+}
+
+// The block's largest `high`, smallest `low` and total `count` over its threads, to every
+// thread (one block barrier).
+template <int kThreads>
+__device__ void block_spread(uint32_t& high, uint32_t& low, uint32_t& count,
+                             SelectShared<kThreads>& s) {
+  constexpr int kWarps = kThreads / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  high = warp_max(high);
+  low = warp_min(low);
+  count = warp_sum(count);
+  if (lane == 0) {
+    s.spread[0][warp] = high;
+    s.spread[1][warp] = low;
+    s.spread[2][warp] = count;
+  }
+  __syncthreads();
+  high = warp_max(lane < kWarps ? s.spread[0][lane] : 0u);
+  low = warp_min(lane < kWarps ? s.spread[1][lane] : 0xffffffffu);
+  count = warp_sum(lane < kWarps ? s.spread[2][lane] : 0u);
 }
 
 // One pass of search_bound: of the maxima m[] whose bits above `high` are those of `found`, a
@@ -417,9 +447,6 @@ __device__ uint32_t search_bound(const uint32_t (&m)[kGroups], uint32_t found, i
 template <int kThreads>
 __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
                                SelectShared<kThreads>& s) {
-  constexpr int kWarps = kThreads / 32;
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
   uint32_t high = 0, low = 0xffffffffu, filled = 0;
 #pragma unroll
   for (int g = 0; g < 8; ++g) {
@@ -429,18 +456,7 @@ __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
       filled += m[g] != 0 ? 1u : 0u;
     }
   }
-  high = warp_max(high);
-  low = warp_min(low);
-  filled = warp_sum(filled);
-  if (lane == 0) {
-    s.spread[0][warp] = high;
-    s.spread[1][warp] = low;
-    s.spread[2][warp] = filled;
-  }
-  __syncthreads();
-  high = warp_max(lane < kWarps ? s.spread[0][lane] : 0u);
-  low = warp_min(lane < kWarps ? s.spread[1][lane] : 0xffffffffu);
-  filled = warp_sum(lane < kWarps ? s.spread[2][lane] : 0u);
+  block_spread(high, low, filled, s);
   if (filled < k) return 1u;
   if (low == high) return low;
   const int top = 31 - __clz(low ^ high);
@@ -494,15 +510,6 @@ __device__ void pad_and_sort(uint64_t* buf, int count) {
   __syncthreads();
 }
 
-// "a is ordered before b": descending items, or (kByColumn) ascending columns, that is
-// descending low words (~column). Item 0 is ordered after every other either way.
-template <bool kByColumn>
-struct Before {
-  __device__ __forceinline__ bool operator()(uint64_t a, uint64_t b) const {
-    return kByColumn ? static_cast<uint32_t>(a) > static_cast<uint32_t>(b) : a > b;
-  }
-};
-
 // A merge sort of buf[0, count) through registers, kItems per thread (count <= kThreads *
 // kItems), with buf[0, kThreads * kItems] (one more item) as its shared storage.
 template <int kThreads, int kItems, bool kByColumn>
@@ -537,14 +544,11 @@ __device__ void merge_sort(uint64_t* buf, int count) {
 // no barrier after the writes of buf; ends with a block barrier.
 template <int kThreads, int kItems, bool kByColumn>
 __device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s) {
-  constexpr int kWarps = kThreads / 32;
   constexpr int kPer = 4;  // buckets per thread
   constexpr int kBuckets = kPer * kThreads;
   constexpr int kBucketBits = kThreads == 512 ? 11 : kThreads == 256 ? 10 : 9;
   static_assert(kBuckets == 1 << kBucketBits && kBuckets <= kBins, "buckets in s.hist");
   const int t = static_cast<int>(threadIdx.x);
-  const int lane = t % 32;
-  const int warp = t / 32;
   const Before<kByColumn> before;
   auto primary = [](uint64_t item) {
     return kByColumn ? static_cast<uint32_t>(item) : static_cast<uint32_t>(item >> 32);
@@ -561,18 +565,11 @@ __device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s)
       low = min(low, primary(item[j]));
     }
   }
-  high = warp_max(high);
-  low = warp_min(low);
-  if (lane == 0) {
-    s.spread[0][warp] = high;
-    s.spread[1][warp] = low;
-  }
 #pragma unroll
   for (int q = 0; q < kPer; ++q)
     s.hist[q * kThreads + t] = 0;
-  __syncthreads();
-  high = warp_max(lane < kWarps ? s.spread[0][lane] : 0u);
-  low = warp_min(lane < kWarps ? s.spread[1][lane] : 0xffffffffu);
+  uint32_t unused = 0;
+  block_spread(high, low, unused, s);  // its barrier also orders the zeroed buckets
   const uint32_t span = high - low;
   const int shift = max(32 - __clz(span) - kBucketBits, 0);  // span >> shift < kBuckets
   uint32_t place[kItems];                                    // the bucket, then the position
