@@ -14,4 +14,8 @@ Status check_launch(const char* op, cudaStream_t stream);
 /// A kCudaError status for `error`, naming `op` and what it was doing.
 Status cuda_status(cudaError_t error, const char* op, const char* what);
 
+/// Sets *ok when `kernel` may use thread-block clusters (and bulk copies) on the current device:
+/// sm_90 or newer, running an image compiled from sm_90 PTX or newer. Fills *attributes.
+Status cluster_image(const char* op, const void* kernel, cudaFuncAttributes* attributes, bool* ok);
+
 }  // namespace cudaops::detail

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 
+#include "core/cluster.cuh"
 #include "core/numeric.cuh"
 #include "core/vector.cuh"
 
@@ -61,24 +62,6 @@ __device__ __forceinline__ void warp_allreduce(float (&v)[K], Op op) {
 // phases line up. Each block's reduction slot is guarded by two phases: "written" (all slots
 // are filled before anyone reads) and "read" (nobody overwrites a slot a peer may still read;
 // this phase is only waited for at the next reduction, so it costs no stall in between).
-
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define CUDAOPS_HAS_CLUSTERS 1
-#else
-#define CUDAOPS_HAS_CLUSTERS 0
-#endif
-
-__device__ __forceinline__ void cluster_arrive() {
-#if CUDAOPS_HAS_CLUSTERS
-  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void cluster_wait() {
-#if CUDAOPS_HAS_CLUSTERS
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
-#endif
-}
 
 /// The rows a thread of a cached-shape kernel walks, and the part of each row its block holds.
 struct RowWalk {

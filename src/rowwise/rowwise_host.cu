@@ -61,35 +61,13 @@ Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t col
   return Status();
 }
 
-namespace {
-
-/// True when `kernel` may use clusters and bulk copies on the current device: sm_90 or newer,
-/// and an image compiled for it from sm_90 PTX or newer.
-Status sm90_image(const char* op, const void* kernel, cudaFuncAttributes* attributes, bool* ok) {
-  *ok = false;
-  int device = 0;
-  int major = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error == cudaSuccess) {
-    error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  }
-  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
-  if (major < 9) return Status();
-  error = cudaFuncGetAttributes(attributes, kernel);
-  if (error != cudaSuccess) return cuda_status(error, op, "querying the kernel");
-  *ok = attributes->ptxVersion >= 90 && attributes->binaryVersion >= 90;
-  return Status();
-}
-
-}  // namespace
-
 Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols,
                    int* parts) {
   *parts = 0;
   if (cols <= part_cols || cols > kMaxSplit * part_cols) return Status();
   cudaFuncAttributes attributes = {};
   bool ok = false;
-  if (Status s = sm90_image(op, kernel, &attributes, &ok); !s.ok() || !ok) return s;
+  if (Status s = cluster_image(op, kernel, &attributes, &ok); !s.ok() || !ok) return s;
   *parts = static_cast<int>((cols + part_cols - 1) / part_cols);
   return Status();
 }
@@ -107,7 +85,7 @@ Status plan_pipelined(const char* op, const void* kernel, int vecs, int max_thre
   if (threads > max_threads) return Status();
   cudaFuncAttributes attributes = {};
   bool ok = false;
-  if (Status s = sm90_image(op, kernel, &attributes, &ok); !s.ok() || !ok) return s;
+  if (Status s = cluster_image(op, kernel, &attributes, &ok); !s.ok() || !ok) return s;
   DeviceLimits limits;
   if (Status s = current_device_limits(op, &limits); !s.ok()) return s;
   const int64_t stage_bytes = int64_t{arrays} * cols * size;

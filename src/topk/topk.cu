@@ -27,8 +27,11 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+#include <type_traits>
 
+#include "core/cluster.cuh"
 #include "core/dispatch.cuh"
 #include "core/kernel_families.h"
 #include "core/launch.h"
@@ -51,8 +54,10 @@ constexpr int kSmallTile = 4096;
 constexpr int kSmallK = 256;
 constexpr int kPerThread = 32;
 constexpr int kGatherThreads = 512;
-// Items per thread that the sorts hold in registers, at most: value tiles have 64 registers.
+// Items per thread that the sorts hold in registers, at most: value tiles have 64 registers,
+// which the bucket sort's 4 fit and the merge sort's do not.
 constexpr int kValueSortItems = 2;
+constexpr int kValueBucketItems = 4;  // in wide blocks (they spill in narrow ones)
 constexpr int kGatherSortItems = 8;
 constexpr int kBins = 2048;            // 11-bit digits
 constexpr uint32_t kBucketItems = 32;  // items of one bucket that bucket_sort ranks, at most
@@ -62,6 +67,19 @@ constexpr int kBoundBinBits = 8;       // bits of the bound found by one histogr
 constexpr int kBoundBins = 1 << kBoundBinBits;
 static_assert(kWideThreads * kPerThread == kValueTile, "a wide block holds a whole tile");
 static_assert(kNarrowThreads * kPerThread == kSmallTile, "a narrow block holds a small tile");
+// Rows of a few wide tiles (kClusterTile values each, at most kMaxRowCluster of them) that
+// fit the device at once are selected in one launch: each tile by a block of kWideThreads
+// threads holding kClusterKeys values each (one block per SM, 128 registers), the row's tiles
+// together as a thread-block cluster.
+constexpr int kClusterKeys = 64;
+constexpr int kClusterTile = kWideThreads * kClusterKeys;
+constexpr int kMaxRowCluster = 8;
+constexpr uint32_t kRefineMaxima = 32;  // cluster_bound refines a bin holding more maxima
+// The low bits of a key that are the same for every value of T: its float's bits beyond T's.
+template <typename T>
+constexpr int kKeyFloor = sizeof(T) == 4              ? 0
+                          : std::is_same_v<T, __half> ? 13
+                                                      : 16;
 
 // ---- keys -------------------------------------------------------------------------------------
 
@@ -93,12 +111,36 @@ struct SelectShared {
   typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
   uint32_t warp_gt[kWarps];
   uint32_t warp_eq[kWarps];
-  uint32_t bins[kBoundBins];   // the bound search's histogram
-  uint32_t spread[3][kWarps];  // per-warp largest and smallest maxima, non-empty groups
-  uint32_t sample_min[2];      // per-warp least bound of a row's samples (at most 64)
-  uint32_t bin;                // the bin holding the k-th key
-  uint32_t above;              // keys in the bins above it
-  uint32_t count;              // keys in it
+  uint32_t bins[kBoundBins];      // the bound search's histogram
+  uint32_t spread[3][kWarps];     // per-warp largest and smallest maxima, non-empty groups
+  uint32_t sample_min[2];         // per-warp least bound of a row's samples (at most 64)
+  uint32_t shared_spread[3];      // a cluster's blocks: the block's spread, read by its peers
+  uint32_t shared_total;          // ... the row's candidates, which every block adds to
+  uint32_t shared_first;          // the block's first position among them
+  uint32_t shared_gt, shared_eq;  // ... its keys above and at a threshold
+  uint32_t bin;                   // the bin holding the k-th key
+  uint32_t above;                 // keys in the bins above it
+  uint32_t count;                 // keys in it
+};
+
+// The blocks that select one row together: a thread-block cluster (sm_90 and newer) whose block
+// `rank` holds tile `rank` of the row; or one block alone (size 1), for which every step below
+// is the block's own. Peers read each other's shared counts between cluster barriers, so that
+// every block of the cluster makes the same choices.
+struct RowCluster {
+  int size = 1;
+  int rank = 0;
+  __device__ bool many() const { return size > 1; }
+  // The sum of word p of every block (`before`: of the blocks of lower rank).
+  __device__ uint32_t sum(uint32_t* p, bool before = false) const {
+    const int end = before ? rank : size;
+    uint32_t v = 0;
+#pragma unroll
+    for (int r = 0; r < kMaxRowCluster; ++r) {
+      if (r < end) v += *cluster_peer(p, r);
+    }
+    return v;
+  }
 };
 
 // What the selection found: a key is taken when (key >> shift) > prefix, or when it equals
@@ -115,16 +157,19 @@ __device__ __forceinline__ uint32_t high_bits(uint32_t key, int shift) {
 
 // Finds the bin of hist (bins, in descending order of bins) where the count from the top
 // reaches k_rem. Leaves it in shared.bin/above/count.
+// With a cluster, the histogram is the sum of its blocks' (each complete in its block).
 template <int kBinsNow, int kThreads>
-__device__ void find_bin(SelectShared<kThreads>& s, uint32_t k_rem) {
+__device__ void find_bin(SelectShared<kThreads>& s, uint32_t k_rem, const RowCluster& c) {
   constexpr int kPer = kBinsNow / kThreads;
   static_assert(kPer >= 1 && kBinsNow % kThreads == 0, "bins per thread");
   const int t = threadIdx.x;
+  if (c.many()) cluster_sync();  // every block's histogram is complete
   uint32_t counts[kPer];
   uint32_t local = 0;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    counts[j] = s.hist[kBinsNow - 1 - (t * kPer + j)];
+    const int bin = kBinsNow - 1 - (t * kPer + j);
+    counts[j] = c.many() ? c.sum(&s.hist[bin]) : s.hist[bin];
     local += counts[j];
   }
   uint32_t before = 0;
@@ -142,14 +187,15 @@ __device__ void find_bin(SelectShared<kThreads>& s, uint32_t k_rem) {
 }
 
 // The radix selection of the k largest of keys[0, n), given the histogram of their top 11 bits
-// in s.hist (already complete and visible to the block).
+// in s.hist (already complete and visible to the block). With a cluster, of the k largest of
+// all its blocks' keys.
 template <int kThreads>
 __device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k,
-                                      SelectShared<kThreads>& s) {
+                                      SelectShared<kThreads>& s, const RowCluster& c) {
   uint32_t k_rem = k;
   uint32_t prefix = 0;
   // Pass 0: bits 31..21.
-  find_bin<kBins, kThreads>(s, k_rem);
+  find_bin<kBins, kThreads>(s, k_rem, c);
   prefix = s.bin;
   k_rem -= s.above;
   if (s.count == k_rem) return {prefix, 21, k_rem};
@@ -159,7 +205,12 @@ __device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k,
     const int shift = pass == 1 ? 10 : 0;
     const int bits = pass == 1 ? 11 : 10;
     const int high_shift = shift + bits;
-    __syncthreads();  // everyone has read s.bin/above/count and the histogram
+    // Everyone (with a cluster, every peer too) has read s.bin/above/count and the histogram.
+    if (c.many()) {
+      cluster_sync();
+    } else {
+      __syncthreads();
+    }
     for (int i = threadIdx.x; i < (1 << bits); i += kThreads)
       s.hist[i] = 0;
     __syncthreads();
@@ -170,9 +221,9 @@ __device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k,
     }
     __syncthreads();
     if (bits == 11) {
-      find_bin<2048, kThreads>(s, k_rem);
+      find_bin<2048, kThreads>(s, k_rem, c);
     } else {
-      find_bin<1024, kThreads>(s, k_rem);
+      find_bin<1024, kThreads>(s, k_rem, c);
     }
     prefix = (prefix << bits) | s.bin;
     k_rem -= s.above;
@@ -182,10 +233,11 @@ __device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k,
 }
 
 // Calls emit(position, i) for every taken element i of keys[0, n), position being its rank
-// among the taken ones in column (i) order. Each warp walks its own contiguous segment.
+// among the taken ones in column (i) order (with a cluster, after those of lower ranks). Each
+// warp walks its own contiguous segment.
 template <int kThreads, typename Emit>
 __device__ void compact(const uint32_t* keys, int n, Threshold th, SelectShared<kThreads>& s,
-                        Emit&& emit) {
+                        const RowCluster& c, Emit&& emit) {
   constexpr int kWarps = kThreads / 32;
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
@@ -207,6 +259,20 @@ __device__ void compact(const uint32_t* keys, int n, Threshold th, SelectShared<
   }
   __syncthreads();
   uint32_t gt_before = 0, eq_before = 0;
+  if (c.many()) {
+    if (threadIdx.x == 0) {
+      uint32_t gt_all = 0, eq_all = 0;
+      for (int w = 0; w < kWarps; ++w) {
+        gt_all += s.warp_gt[w];
+        eq_all += s.warp_eq[w];
+      }
+      s.shared_gt = gt_all;
+      s.shared_eq = eq_all;
+    }
+    cluster_sync();
+    gt_before = c.sum(&s.shared_gt, true);
+    eq_before = c.sum(&s.shared_eq, true);
+  }
   for (int w = 0; w < warp; ++w) {
     gt_before += s.warp_gt[w];
     eq_before += s.warp_eq[w];
@@ -480,6 +546,77 @@ __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
   }
 }
 
+// find_bound for the blocks of a cluster, in one histogram pass: the k-th largest of all their
+// maxima, to 11 bits below the highest bit where the smallest and the largest of them differ.
+// s.hist is zeroed before (block_spread's barrier orders it). Every block finds the same bound.
+// Keys of T (16-bit types) have constant bits below kKeyFloor<T>, which no refinement resolves.
+template <int kThreads, typename T>
+__device__ uint32_t cluster_bound(const uint32_t (&m)[8], int groups, uint32_t k,
+                                  SelectShared<kThreads>& s, const RowCluster& c) {
+  uint32_t high = 0, low = 0xffffffffu, filled = 0;
+#pragma unroll
+  for (int g = 0; g < 8; ++g) {
+    if (g < groups) {
+      high = max(high, m[g]);
+      if (m[g] != 0) low = min(low, m[g]);
+      filled += m[g] != 0 ? 1u : 0u;
+    }
+  }
+  block_spread(high, low, filled, s);
+  if (threadIdx.x == 0) {
+    s.shared_spread[0] = high;
+    s.shared_spread[1] = low;
+    s.shared_spread[2] = filled;
+  }
+  cluster_sync();
+  filled = c.sum(&s.shared_spread[2]);
+#pragma unroll
+  for (int r = 0; r < kMaxRowCluster; ++r) {
+    if (r < c.size) {
+      const uint32_t* peer = cluster_peer(s.shared_spread, r);
+      high = max(high, peer[0]);
+      low = min(low, peer[1]);
+    }
+  }
+  if (filled < k) return 1u;
+  if (low == high) return low;
+  const int top = 31 - __clz(low ^ high);
+  const int shift = max(top - 10, 0);
+  const uint32_t prefix = high_bits(low, top + 1);
+  const uint32_t mask = (2u << (top - shift)) - 1u;
+#pragma unroll
+  for (int g = 0; g < 8; ++g) {
+    if (g < groups && m[g] != 0 && high_bits(m[g], top + 1) == prefix) {
+      atomicAdd(&s.hist[(m[g] >> shift) & mask], 1u);
+    }
+  }
+  if (!c.many()) __syncthreads();  // (find_bin waits for the whole cluster)
+  find_bin<kBins, kThreads>(s, k, c);
+  uint32_t bound = (top >= 31 ? 0u : prefix << (top + 1)) | (s.bin << shift);
+  // A bin that holds many maxima (they are spread over orders of magnitude, or tied) is
+  // refined by the next 11 bits, so that few keys pass the bound needlessly.
+  if (shift > kKeyFloor<T> && s.count > kRefineMaxima) {
+    const uint32_t k_rem = k - s.above;
+    const uint32_t bin = bound >> shift;
+    const int low_shift = max(shift - 11, 0);
+    const uint32_t low_mask = (1u << (shift - low_shift)) - 1u;
+    cluster_sync();  // every block (and every peer) has read the histogram
+    for (int i = threadIdx.x; i < kBins; i += kThreads)
+      s.hist[i] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {
+      if (g < groups && m[g] != 0 && (m[g] >> shift) == bin) {
+        atomicAdd(&s.hist[(m[g] >> low_shift) & low_mask], 1u);
+      }
+    }
+    if (!c.many()) __syncthreads();
+    find_bin<kBins, kThreads>(s, k_rem, c);
+    bound = (bin << shift) | (s.bin << low_shift);
+  }
+  return max(bound, 1u);
+}
+
 // ---- results ----------------------------------------------------------------------------------
 
 // Where a level's results go: slots of items (and their counts) for the next level, or the
@@ -628,36 +765,38 @@ __device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s)
   return true;
 }
 
-template <int kThreads, int kItems, bool kByColumn>
+// bucket_sort, else (kMerge) a merge sort, else a bitonic sort.
+template <int kThreads, int kItems, bool kByColumn, bool kMerge>
 __device__ void bucket_or_merge_sort(uint64_t* buf, int count, SelectShared<kThreads>& s) {
   if (bucket_sort<kThreads, kItems, kByColumn>(buf, count, s)) return;
-  if (count > 256) {
+  if (kMerge && count > 256) {
     merge_sort<kThreads, kItems, kByColumn>(buf, count);
   } else {
     pad_and_sort<kThreads, kByColumn>(buf, count);
   }
 }
 
-// Sorts buf[0, count) in descending order (kByColumn: in ascending columns). Up to 8 items per
-// thread, by buckets where the data are spread (bucket_sort); else a merge sort through
-// registers, or for at most 256 items a bitonic sort in one warp. Beyond 8 per thread, a
-// bitonic sort of the whole block (also beyond kMaxItems per thread, which bounds the
-// registers the sorts take). buf holds max(pow2(count), kThreads) + 1 items. Needs no
-// barrier after the writes of buf; ends with a block barrier.
-template <int kThreads, int kMaxItems, bool kByColumn>
+// Sorts buf[0, count) in descending order (kByColumn: in ascending columns). Up to
+// kBucketItems per thread, by buckets where the data are spread (bucket_sort); else, up to
+// kMaxItems per thread, a merge sort through registers, or for at most 256 items a bitonic sort
+// in one warp. Otherwise a bitonic sort of the whole block. The two limits bound the registers
+// the sorts take (the merge sort's are the more). buf holds max(pow2(count), kThreads) + 1
+// items. Needs no barrier after the writes of buf; ends with a block barrier.
+template <int kThreads, int kMaxItems, bool kByColumn, int kBucketItems = kMaxItems>
 __device__ void sort_items(uint64_t* buf, int count, SelectShared<kThreads>& s) {
+  static_assert(kBucketItems >= kMaxItems && kBucketItems <= 8, "bucket limits");
   if (count <= 1) {
     __syncthreads();
     return;
   }
   if (count <= kThreads) {
-    bucket_or_merge_sort<kThreads, 1, kByColumn>(buf, count, s);
-  } else if (kMaxItems >= 2 && count <= 2 * kThreads) {
-    bucket_or_merge_sort<kThreads, 2, kByColumn>(buf, count, s);
-  } else if (kMaxItems >= 4 && count <= 4 * kThreads) {
-    bucket_or_merge_sort<kThreads, 4, kByColumn>(buf, count, s);
-  } else if (kMaxItems >= 8 && count <= 8 * kThreads) {
-    bucket_or_merge_sort<kThreads, 8, kByColumn>(buf, count, s);
+    bucket_or_merge_sort<kThreads, 1, kByColumn, true>(buf, count, s);
+  } else if (kBucketItems >= 2 && count <= 2 * kThreads) {
+    bucket_or_merge_sort<kThreads, 2, kByColumn, (kMaxItems >= 2)>(buf, count, s);
+  } else if (kBucketItems >= 4 && count <= 4 * kThreads) {
+    bucket_or_merge_sort<kThreads, 4, kByColumn, (kMaxItems >= 4)>(buf, count, s);
+  } else if (kBucketItems >= 8 && count <= 8 * kThreads) {
+    bucket_or_merge_sort<kThreads, 8, kByColumn, (kMaxItems >= 8)>(buf, count, s);
   } else {
     __syncthreads();
     pad_and_sort<kThreads, kByColumn>(buf, count);
@@ -667,10 +806,10 @@ __device__ void sort_items(uint64_t* buf, int count, SelectShared<kThreads>& s) 
 // Writes best[0, k) (in descending order) to row `row` of the values and indices; unsorted
 // results are first re-sorted by column (best must hold pow2(k) items). Starts after a block
 // barrier.
-template <typename T, int kThreads, int kMaxItems>
+template <typename T, int kThreads, int kMaxItems, int kBucketItems = kMaxItems>
 __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t row,
                             SelectShared<kThreads>& s) {
-  if (!out.sorted) sort_items<kThreads, kMaxItems, true>(best, k, s);
+  if (!out.sorted) sort_items<kThreads, kMaxItems, true, kBucketItems>(best, k, s);
   T* values = out.values + row * out.values_stride;
   for (int i = threadIdx.x; i < k; i += kThreads) {
     const uint64_t item = best[i];
@@ -687,11 +826,11 @@ __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t ro
 
 // Sorts the `count` items of buf (which holds pow2(count)) and writes the first k as the row's
 // result. Starts after a block barrier.
-template <typename T, int kThreads, int kMaxItems>
+template <typename T, int kThreads, int kMaxItems, int kBucketItems = kMaxItems>
 __device__ void sort_and_write_final(uint64_t* buf, int count, int k, const Out<T>& out,
                                      int64_t row, SelectShared<kThreads>& s) {
-  sort_items<kThreads, kMaxItems, false>(buf, count, s);
-  write_final<T, kThreads, kMaxItems>(buf, k, out, row, s);
+  sort_items<kThreads, kMaxItems, false, kBucketItems>(buf, count, s);
+  write_final<T, kThreads, kMaxItems, kBucketItems>(buf, k, out, row, s);
 }
 
 // ---- level 0: tiles of values -----------------------------------------------------------------
@@ -712,16 +851,22 @@ struct ValueArgs {
   // Level 0 of a sampled row: the least of the samples' bounds is the row's.
   const uint32_t* sample_in = nullptr;
   int samples = 0;
+  // kFinal: the row's tiles select together as a thread-block cluster of `cluster` blocks (all
+  // of them; 1: a row of one tile), and its block 0 writes the row.
+  int cluster = 1;
   Out<T> out;
 };
 
 // One tile per block. Dynamic shared memory: the tile's keys (tile, rounded up to 4) when it
 // falls back to radix selection, then (kFinal) the sort buffer of pow2(min(k, tile)) items and
-// kSortSlack bytes; the final tile's candidates use the same space (capacity items).
-template <typename T, bool kFinal, int kThreads>
-__global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(ValueArgs<T> a) {
+// kSortSlack bytes; the final tile's candidates use the same space (capacity items). The tiles
+// of a cluster find one bound for the whole row and leave their candidates (or, falling back,
+// their part of the row's k) in block 0's shared memory, which sorts and writes them.
+template <typename T, bool kFinal, int kThreads, int kKeys = kPerThread>
+__global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
+    topk_values_kernel(ValueArgs<T> a) {
   constexpr int V = kVec16<T>;
-  constexpr int kVecs = kPerThread / V;
+  constexpr int kVecs = kKeys / V;
   extern __shared__ __align__(16) unsigned char dynamic_smem[];
   __shared__ SelectShared<kThreads> s;
   const int t = threadIdx.x;
@@ -738,6 +883,14 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
   const int64_t start = static_cast<int64_t>(tile) * a.tile;
   const int len = static_cast<int>(a.n - start < a.tile ? a.n - start : a.tile);
   const T* src = a.x + row * a.x_stride + start;
+  // Only the cluster tiles select in clusters.
+  constexpr bool kClustered = kFinal && kKeys == kClusterKeys;
+  const RowCluster c = {kClustered ? a.cluster : 1, kClustered ? tile : 0};
+  // The sorts' items per thread in registers (cluster tiles have 128 registers).
+  constexpr int kSortItems = kClustered ? 8 : kValueSortItems;
+  constexpr int kBucketItems = kClustered                 ? 8
+                               : kThreads == kWideThreads ? kValueBucketItems
+                                                          : kValueSortItems;
 
   // The tile: 16-byte vectors t, t + kThreads, ... of the aligned body, and one value of the
   // unaligned head or the tail for the first threads. Keys outside the tile are 0.
@@ -745,7 +898,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
   const int head = min(len, misalign == 0 ? 0 : V - misalign);
   const int vectors = (len - head) / V;
   const int tail_start = head + vectors * V;
-  uint32_t key[kPerThread];
+  uint32_t key[kKeys];
   {
     Vec<T, V> x[kVecs];
 #pragma unroll
@@ -783,65 +936,113 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
   auto place = [&](uint32_t bound) {
     mine = extra >= bound ? 1u : 0u;
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i)
+    for (int i = 0; i < kKeys; ++i)
       mine += key[i] >= bound ? 1u : 0u;
     cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(mine, offset, total);
   };
   const int64_t slot = row * a.tiles + tile;
   const uint32_t limit = kFinal ? static_cast<uint32_t>(a.capacity) : a.out.slot;
-
-  // 1. The bound: the row's, when few enough keys pass it; else the tile's own (or the row's if
-  // higher).
-  const int k_tile = min(a.k, len);
-  uint32_t bound = row_bound;
-  bool placed = false;
-  if (kSampled && row_bound > 1) {
-    place(row_bound);
-    placed = total <= limit;
-    __syncthreads();  // s.scan is free again
-  }
-  if (!placed && k_tile < len) {
-    uint32_t m[8];
+  // Writes the thread's keys at or above the bound as items from dst[offset] on.
+  auto write_candidates = [&](uint64_t* dst, uint32_t bound) {
+    if (mine == 0) return;
+    if (extra >= bound) dst[offset++] = make_item(extra, start + extra_column);
 #pragma unroll
-    for (int g = 0; g < 8; ++g) {
-      m[g] = key[g * (kPerThread / 8)];
+    for (int j = 0; j < kVecs; ++j) {
 #pragma unroll
-      for (int i = 1; i < kPerThread / 8; ++i)
-        m[g] = max(m[g], key[g * (kPerThread / 8) + i]);
-    }
-    m[0] = max(m[0], extra);
-    const int groups = groups_for<kThreads>(k_tile);
-    fold_maxima(m, groups);
-    bound = max(row_bound, find_bound(m, groups, static_cast<uint32_t>(k_tile), s));
-  }
-  if (sampling) {
-    if (t == 0) a.sample_out[row * a.samples + blockIdx.x % per_row] = bound;
-    return;
-  }
-
-  // 2. The candidates, placed by a block scan.
-  if (!placed) place(bound);
-  if (total <= limit) {
-    uint64_t* dst =
-        kFinal ? reinterpret_cast<uint64_t*>(dynamic_smem) : a.out.items + slot * a.out.slot;
-    if (mine > 0) {
-      if (extra >= bound) dst[offset++] = make_item(extra, start + extra_column);
-#pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          const uint32_t k_je = key[j * V + e];
-          if (k_je >= bound) dst[offset++] = make_item(k_je, start + column_of(j, e));
-        }
+      for (int e = 0; e < V; ++e) {
+        const uint32_t k_je = key[j * V + e];
+        if (k_je >= bound) dst[offset++] = make_item(k_je, start + column_of(j, e));
       }
     }
-    if constexpr (kFinal) {
-      sort_and_write_final<T, kThreads, kValueSortItems>(dst, static_cast<int>(total), k_tile,
-                                                         a.out, row, s);
-    } else {
-      if (t == 0) a.out.counts[slot] = total;
+  };
+  // The maxima of 8 groups of the thread's keys.
+  auto group_maxima = [&](uint32_t(&m)[8]) {
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {
+      m[g] = key[g * (kKeys / 8)];
+#pragma unroll
+      for (int i = 1; i < kKeys / 8; ++i)
+        m[g] = max(m[g], key[g * (kKeys / 8) + i]);
     }
-    return;
+    m[0] = max(m[0], extra);
+  };
+  uint64_t* const buf = reinterpret_cast<uint64_t*>(dynamic_smem);  // kFinal: the candidates
+  // The row's k are taken from a.n keys by a cluster (of one block or more), else from the
+  // tile's.
+  const int k_tile = kClustered ? a.k : min(a.k, len);
+  const int span = kClustered ? static_cast<int>(a.n) : len;
+
+  if constexpr (kClustered) {
+    // 1. One bound for the whole row, from the maxima of all its tiles.
+    for (int i = t; i < kBins; i += kThreads)
+      s.hist[i] = 0;
+    if (t == 0) s.shared_total = 0;  // ordered before the peers' adds by cluster_bound's barriers
+    uint32_t m[8];
+    group_maxima(m);
+    const int groups = groups_for<kThreads>((k_tile + c.size - 1) / c.size);
+    fold_maxima(m, groups);
+    const uint32_t bound =
+        cluster_bound<kThreads, T>(m, groups, static_cast<uint32_t>(k_tile), s, c);
+    // 2. The candidates go to block 0 (in any order: it sorts them), after those of the blocks
+    // that came first; every block counts the row's.
+    place(bound);
+    if (t < c.size) {
+      const uint32_t first = atomicAdd(cluster_peer(&s.shared_total, t), total);
+      if (t == 0) s.shared_first = first;
+    }
+    __syncthreads();
+    if (s.shared_first + total <= limit) {
+      offset += s.shared_first;
+      write_candidates(c.many() ? cluster_peer(buf, 0) : buf, bound);
+    }
+    // The candidates are in block 0, and every block has the row's count.
+    if (c.many()) {
+      cluster_sync();
+    } else {
+      __syncthreads();
+    }
+    const uint32_t row_total = s.shared_total;
+    // More candidates than the merge sort takes (ties, adversarial data): radix selection.
+    if (row_total <= min(limit, static_cast<uint32_t>(kThreads * kSortItems))) {
+      if (c.rank != 0) return;
+      sort_and_write_final<T, kThreads, kSortItems, kBucketItems>(buf, static_cast<int>(row_total),
+                                                                  k_tile, a.out, row, s);
+      return;
+    }
+  } else {
+    // 1. The bound: the row's, when few enough keys pass it; else the tile's own (or the row's
+    // if higher).
+    uint32_t bound = row_bound;
+    bool placed = false;
+    if (kSampled && row_bound > 1) {
+      place(row_bound);
+      placed = total <= limit;
+      __syncthreads();  // s.scan is free again
+    }
+    if (!placed && k_tile < span) {
+      uint32_t m[8];
+      group_maxima(m);
+      const int groups = groups_for<kThreads>(k_tile);
+      fold_maxima(m, groups);
+      bound = max(row_bound, find_bound(m, groups, static_cast<uint32_t>(k_tile), s));
+    }
+    if (sampling) {
+      if (t == 0) a.sample_out[row * a.samples + blockIdx.x % per_row] = bound;
+      return;
+    }
+
+    // 2. The candidates, placed by a block scan.
+    if (!placed) place(bound);
+    if (total <= limit) {
+      write_candidates(kFinal ? buf : a.out.items + slot * a.out.slot, bound);
+      if constexpr (kFinal) {
+        sort_and_write_final<T, kThreads, kSortItems, kBucketItems>(buf, static_cast<int>(total),
+                                                                    k_tile, a.out, row, s);
+      } else {
+        if (t == 0) a.out.counts[slot] = total;
+      }
+      return;
+    }
   }
 
   // 3. Too many candidates: radix selection over the tile in shared memory.
@@ -865,16 +1066,22 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) topk_values_kernel(
   }
   __syncthreads();
   Threshold th{0u, 32, static_cast<uint32_t>(k_tile)};  // take all
-  if (k_tile < len) th = select_threshold(tile_keys, len, static_cast<uint32_t>(k_tile), s);
+  if (k_tile < span) th = select_threshold(tile_keys, len, static_cast<uint32_t>(k_tile), s, c);
   if constexpr (kFinal) {
     uint64_t* best = reinterpret_cast<uint64_t*>(tile_keys + ((a.tile + 3) & ~3));
-    compact(tile_keys, len, th, s, [&](uint32_t position, int i) {
-      best[position] = make_item(tile_keys[i], static_cast<uint32_t>(start + i));
+    uint64_t* dst = c.many() ? cluster_peer(best, 0) : best;
+    compact(tile_keys, len, th, s, c, [&](uint32_t position, int i) {
+      dst[position] = make_item(tile_keys[i], static_cast<uint32_t>(start + i));
     });
-    sort_and_write_final<T, kThreads, kValueSortItems>(best, k_tile, k_tile, a.out, row, s);
+    if (c.many()) {
+      cluster_sync();  // the row's k are in block 0
+      if (c.rank != 0) return;
+    }
+    sort_and_write_final<T, kThreads, kSortItems, kBucketItems>(best, k_tile, k_tile, a.out, row,
+                                                                s);
   } else {
     uint64_t* dst = a.out.items + slot * a.out.slot;
-    compact(tile_keys, len, th, s, [&](uint32_t position, int i) {
+    compact(tile_keys, len, th, s, RowCluster(), [&](uint32_t position, int i) {
       dst[position] = make_item(tile_keys[i], static_cast<uint32_t>(start + i));
     });
     if (t == 0) a.out.counts[slot] = static_cast<uint32_t>(k_tile);
@@ -1086,9 +1293,9 @@ Status for_row_batches(const char* op, int64_t rows, int tiles, cudaStream_t str
   return Status();
 }
 
-template <typename T, bool kFinal, int kThreads>
+template <typename T, bool kFinal, int kThreads, int kKeys = kPerThread>
 Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream_t stream) {
-  auto kernel = topk_values_kernel<T, kFinal, kThreads>;
+  auto kernel = topk_values_kernel<T, kFinal, kThreads, kKeys>;
   const size_t words = static_cast<size_t>((args.tile + 3) & ~3);
   size_t smem = words * sizeof(uint32_t);
   if (kFinal) {
@@ -1102,6 +1309,24 @@ Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
   const int per_row = args.sample_out != nullptr ? args.samples : args.tiles;
+  if (args.cluster > 1) {
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = static_cast<unsigned>(args.cluster);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return for_row_batches(op, rows, per_row, stream, [&](int64_t row0, unsigned blocks) {
+      args.row0 = row0;
+      config.gridDim = dim3(blocks);
+      (void)cudaLaunchKernelEx(&config, kernel, args);  // check_launch reports an error
+    });
+  }
   return for_row_batches(op, rows, per_row, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
     kernel<<<blocks, kThreads, smem, stream>>>(args);
@@ -1119,6 +1344,54 @@ Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStrea
     args.row0 = row0;
     kernel<<<blocks, kGatherThreads, smem, stream>>>(args);
   });
+}
+
+// How many clusters of `tiles` blocks (1 to kMaxRowCluster) of the cluster-tile kernel run on
+// the device at once, with the most shared memory they may take; 0 where clusters cannot be
+// used (before sm_90, or an image built for an older architecture). Found once per device and
+// size.
+template <typename T>
+Status clusters_at_once(const char* op, int tiles, int* count) {
+  *count = 0;
+  auto kernel = topk_values_kernel<T, true, kWideThreads, kClusterKeys>;
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices][kMaxRowCluster + 1] = {};  // count + 1; 0: unknown
+  int device = 0;
+  if (const cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
+    return cuda_status(error, op, "querying the device");
+  }
+  if (device >= kDevices) return Status();
+  std::atomic<int>& entry = known[device][tiles];
+  if (const int seen = entry.load(std::memory_order_relaxed); seen != 0) {
+    *count = seen - 1;
+    return Status();
+  }
+  cudaFuncAttributes attributes = {};
+  bool image = false;
+  if (Status s = cluster_image(op, reinterpret_cast<const void*>(kernel), &attributes, &image);
+      !s.ok()) {
+    return s;
+  }
+  if (image) {
+    const size_t smem = static_cast<size_t>(kClusterTile) * sizeof(uint32_t) +
+                        static_cast<size_t>(kTopkMaxK) * sizeof(uint64_t) + kSortSlack;
+    if (Status s = allow_shared(op, kernel, attributes.sharedSizeBytes, smem); !s.ok()) return s;
+    cudaLaunchAttribute attribute = {};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = static_cast<unsigned>(tiles);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(tiles));
+    config.blockDim = dim3(kWideThreads);
+    config.dynamicSmemBytes = smem;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    const cudaError_t error = cudaOccupancyMaxActiveClusters(count, kernel, &config);
+    if (error != cudaSuccess) return cuda_status(error, op, "sizing the thread-block clusters");
+  }
+  entry.store(*count + 1, std::memory_order_relaxed);
+  return Status();
 }
 
 }  // namespace
@@ -1146,6 +1419,27 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
                                          plan.buffers[i % 2].counts_offset);
     };
     const size_t levels = plan.levels.size();
+    // Rows of a few cluster tiles, all of which the device holds at once, are selected in one
+    // launch (one cluster per row); otherwise level by level.
+    const Level& first = plan.levels.front();
+    if (first.n > kValueTile && first.n <= kMaxRowCluster * kClusterTile) {
+      const int tiles = static_cast<int>((first.n + kClusterTile - 1) / kClusterTile);
+      int at_once = 0;
+      if (Status s = clusters_at_once<T>(op, tiles, &at_once); !s.ok()) return s;
+      if (rows <= at_once) {
+        ValueArgs<T> args;
+        args.x = static_cast<const T*>(x.data);
+        args.x_stride = x.row_stride;
+        args.n = first.n;
+        // Balanced tiles, each a multiple of 8 values (16-byte aligned when the row is).
+        args.tile = static_cast<int>(((first.n + tiles - 1) / tiles + 7) / 8 * 8);
+        args.tiles = tiles;
+        args.k = first.k;
+        args.cluster = tiles;
+        args.out = final_out;
+        return launch_values<T, true, kWideThreads, kClusterKeys>(op, args, rows, stream);
+      }
+    }
     for (size_t i = 0; i < levels; ++i) {
       const Level& level = plan.levels[i];
       const bool last = i + 1 == levels;

@@ -80,7 +80,7 @@ std::vector<Case> ShapeCases() {
                           {4, 16384, 2048}, {3, 16385, 5},
                           {2, 40000, 2048}, {3, 65543, 1024},
                           {2, 100000, 1},   {1, (1 << 20) + 1, 2048},
-                          {1, 300000, 777}};
+                          {1, 300000, 777}, {300, 40000, 300}};
   std::vector<Case> cases;
   for (DType dtype : kDtypes) {
     for (const Shape& s : shapes) {
@@ -196,6 +196,32 @@ TEST_P(TopkDtype, SampledRows) {
     for (const TopkOptions& o : kAllOptions) {
       SCOPED_TRACE("k " + std::to_string(k));
       EXPECT_TRUE(CheckHost(x, s, k, o));
+    }
+  }
+}
+
+// Rows of a few tiles, selected together (a cluster of blocks on sm_90 and newer), whose values
+// span many orders of magnitude and both signs: the row-wide bound must be refined beyond its
+// first histogram, or take the exact selection.
+TEST_P(TopkDtype, SpreadMagnitudes) {
+  const DType dtype = GetParam();
+  const int most = dtype == DType::kFloat16 ? 14 : 60;  // exponents each dtype holds
+  for (int64_t cols : {40000, 65536, 200000}) {
+    const RowShape s{3, cols, cols + 8};
+    HostArray x(dtype, s.rows * s.row_stride);
+    for (int64_t i = 0; i < x.size(); ++i) {
+      const int64_t r = i / s.row_stride;
+      const uint64_t h = (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ull;
+      const double mantissa = 1.0 + static_cast<double>((h >> 20) % 1024) / 1024.0;
+      const int exponent = static_cast<int>((h >> 40) % (2 * most + 1)) - most;
+      const double sign = r == 1 || (h >> 63) != 0 ? 1.0 : -1.0;  // row 1: all positive
+      x.set(i, sign * std::ldexp(mantissa, r == 2 ? exponent / 8 : exponent));
+    }
+    for (int64_t k : {int64_t{1}, int64_t{64}, int64_t{1024}, int64_t{2048}}) {
+      for (const TopkOptions& o : kAllOptions) {
+        SCOPED_TRACE("cols " + std::to_string(cols) + " k " + std::to_string(k));
+        EXPECT_TRUE(CheckHost(x, s, k, o));
+      }
     }
   }
 }

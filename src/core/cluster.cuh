@@ -1,0 +1,46 @@
+#pragma once
+
+// Thread-block clusters (sm_90 and newer): barriers with release/acquire semantics at cluster
+// scope. On older architectures the cluster of a launch is its one block, and these compile to
+// nothing; host code only launches clusters where cluster_image (core/launch.h) allows.
+#include <cooperative_groups.h>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define CUDAOPS_HAS_CLUSTERS 1
+#else
+#define CUDAOPS_HAS_CLUSTERS 0
+#endif
+
+namespace cudaops::detail {
+
+__device__ __forceinline__ void cluster_arrive() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void cluster_wait() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+/// A full cluster barrier: every thread of every block of the cluster arrives, and each one's
+/// earlier writes (shared memory of any block, global memory) are visible to all after it.
+__device__ __forceinline__ void cluster_sync() {
+  cluster_arrive();
+  cluster_wait();
+}
+
+/// `p` (this block's shared memory) in block `rank` of the cluster.
+template <typename T>
+__device__ __forceinline__ T* cluster_peer(T* p, int rank) {
+#if CUDAOPS_HAS_CLUSTERS
+  return cooperative_groups::this_cluster().map_shared_rank(p, rank);
+#else
+  (void)rank;
+  return p;
+#endif
+}
+
+}  // namespace cudaops::detail
