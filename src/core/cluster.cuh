@@ -1,8 +1,11 @@
 #pragma once
 
 // Thread-block clusters (sm_90 and newer): barriers with release/acquire semantics at cluster
-// scope. On older architectures the cluster of a launch is its one block, and these compile to
-// nothing; host code only launches clusters where cluster_image (core/launch.h) allows.
+// scope; and programmatic dependent launches, where a kernel may start before the one before it
+// in the stream has finished, and waits for it where it needs its results. On older
+// architectures the cluster of a launch is its one block, and these compile to nothing; host
+// code only launches clusters, or kernels that depend on the one before, where cluster_image
+// (core/launch.h) allows.
 #include <cooperative_groups.h>
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -40,6 +43,21 @@ __device__ __forceinline__ T* cluster_peer(T* p, int rank) {
 #else
   (void)rank;
   return p;
+#endif
+}
+
+/// Waits until the kernels this one was launched to depend on have finished and their writes
+/// are visible (at once when it was launched normally).
+__device__ __forceinline__ void wait_for_prior_kernels() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+/// Lets the next kernel of the stream, if it was launched to depend on this one, start now.
+__device__ __forceinline__ void allow_next_kernel() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 

@@ -875,6 +875,7 @@ __global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
   // Only wide tiles that are not their row's last are sampled, or use the samples.
   constexpr bool kSampled = !kFinal && kThreads == kWideThreads;
   const bool sampling = kSampled && a.sample_out != nullptr;
+  if (sampling) allow_next_kernel();  // level 0 may start loading its tiles
   const int per_row = sampling ? a.samples : a.tiles;
   const int64_t row = a.row0 + blockIdx.x / per_row;
   const int tile =
@@ -926,6 +927,7 @@ __global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
   const int warp = t / 32;
   uint32_t row_bound = 1;
   if (kSampled && a.sample_in != nullptr) {
+    wait_for_prior_kernels();  // the samples' bounds
     const uint32_t b = warp_min(t < a.samples ? a.sample_in[row * a.samples + t] : 0xffffffffu);
     if (lane == 0 && warp < 2) s.sample_min[warp] = b;
     __syncthreads();
@@ -1120,6 +1122,8 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
   const int here = min(a.lists, a.lists_in - first);
   const int64_t in_slot = row * a.lists_in + first;
   uint64_t* candidates = gathered + a.capacity;
+  wait_for_prior_kernels();          // the previous level's slots
+  if (!kFinal) allow_next_kernel();  // the last level: a block per row, waiting
 
   // Offsets of the gathered slots: a block scan of their counts.
   {
@@ -1293,8 +1297,47 @@ Status for_row_batches(const char* op, int64_t rows, int tiles, cudaStream_t str
   return Status();
 }
 
+// A launch configuration: `cluster` blocks per thread-block cluster (1: none); `dependent`: the
+// kernel may start before the previous one of the stream ends (it waits for its results).
+class Launch {
+ public:
+  Launch(int threads, size_t smem, cudaStream_t stream, int cluster, bool dependent) {
+    config_.blockDim = dim3(static_cast<unsigned>(threads));
+    config_.dynamicSmemBytes = smem;
+    config_.stream = stream;
+    config_.attrs = attributes_;
+    if (cluster > 1) {
+      cudaLaunchAttribute& a = attributes_[config_.numAttrs++];
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = static_cast<unsigned>(cluster);
+      a.val.clusterDim.y = 1;
+      a.val.clusterDim.z = 1;
+    }
+    if (dependent) {
+      cudaLaunchAttribute& a = attributes_[config_.numAttrs++];
+      a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      a.val.programmaticStreamSerializationAllowed = 1;
+    }
+  }
+  Launch(const Launch&) = delete;
+  Launch& operator=(const Launch&) = delete;
+
+  // Leaves an error for check_launch.
+  template <typename Args>
+  void operator()(void (*kernel)(Args), unsigned blocks, const Args& args) const {
+    cudaLaunchConfig_t config = config_;
+    config.gridDim = dim3(blocks);
+    (void)cudaLaunchKernelEx(&config, kernel, args);
+  }
+
+ private:
+  cudaLaunchAttribute attributes_[2] = {};
+  cudaLaunchConfig_t config_ = {};
+};
+
 template <typename T, bool kFinal, int kThreads, int kKeys = kPerThread>
-Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream_t stream) {
+Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream_t stream,
+                     bool dependent = false) {
   auto kernel = topk_values_kernel<T, kFinal, kThreads, kKeys>;
   const size_t words = static_cast<size_t>((args.tile + 3) & ~3);
   size_t smem = words * sizeof(uint32_t);
@@ -1309,40 +1352,25 @@ Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
   const int per_row = args.sample_out != nullptr ? args.samples : args.tiles;
-  if (args.cluster > 1) {
-    cudaLaunchAttribute attribute = {};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = static_cast<unsigned>(args.cluster);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config = {};
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    return for_row_batches(op, rows, per_row, stream, [&](int64_t row0, unsigned blocks) {
-      args.row0 = row0;
-      config.gridDim = dim3(blocks);
-      (void)cudaLaunchKernelEx(&config, kernel, args);  // check_launch reports an error
-    });
-  }
+  const Launch launch(kThreads, smem, stream, args.cluster, dependent);
   return for_row_batches(op, rows, per_row, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
-    kernel<<<blocks, kThreads, smem, stream>>>(args);
+    launch(kernel, blocks, args);
   });
 }
 
 template <typename T, bool kFinal>
-Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStream_t stream) {
+Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStream_t stream,
+                     bool dependent) {
   auto kernel = topk_gather_kernel<T, kFinal>;
   const size_t smem =
       static_cast<size_t>(args.capacity + args.slot) * sizeof(uint64_t) + kSortSlack;
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
+  const Launch launch(kGatherThreads, smem, stream, 1, dependent);
   return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
-    kernel<<<blocks, kGatherThreads, smem, stream>>>(args);
+    launch(kernel, blocks, args);
   });
 }
 
@@ -1440,6 +1468,11 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
         return launch_values<T, true, kWideThreads, kClusterKeys>(op, args, rows, stream);
       }
     }
+    // Kernels after the first may start early (sm_90 images: they wait for the results).
+    int sm90 = 0;
+    if (levels > 1 || plan.samples > 0) {
+      if (Status s = clusters_at_once<T>(op, 1, &sm90); !s.ok()) return s;
+    }
     for (size_t i = 0; i < levels; ++i) {
       const Level& level = plan.levels[i];
       const bool last = i + 1 == levels;
@@ -1478,8 +1511,9 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
             return narrow ? launch_values<T, true, kNarrowThreads>(op, args, rows, stream)
                           : launch_values<T, true, kWideThreads>(op, args, rows, stream);
           }
+          const bool dependent = plan.samples > 0 && sm90 > 0;  // on the sampling launch
           return narrow ? launch_values<T, false, kNarrowThreads>(op, args, rows, stream)
-                        : launch_values<T, false, kWideThreads>(op, args, rows, stream);
+                        : launch_values<T, false, kWideThreads>(op, args, rows, stream, dependent);
         }
         GatherArgs<T> args;
         args.in = items(i - 1);
@@ -1493,8 +1527,8 @@ Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
         while ((1 << args.slot_log2) < slot)
           ++args.slot_log2;
         args.out = out;
-        return last ? launch_gather<T, true>(op, args, rows, stream)
-                    : launch_gather<T, false>(op, args, rows, stream);
+        return last ? launch_gather<T, true>(op, args, rows, stream, sm90 > 0)
+                    : launch_gather<T, false>(op, args, rows, stream, sm90 > 0);
       }();
       if (!status.ok()) return status;
     }

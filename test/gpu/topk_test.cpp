@@ -13,6 +13,7 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cudaops/topk.h"
@@ -314,9 +315,13 @@ TEST_P(TopkDtype, GraphCapture) {
   const DType dtype = GetParam();
   harness::Stream stream;
   ASSERT_TRUE(stream.create().ok());
-  for (int64_t cols : {4000, 90000}) {
-    SCOPED_TRACE("cols " + std::to_string(cols));
-    const RowShape s{6, cols, cols};
+  // One launch (one tile, or a cluster of tiles per row), levels, and a sampled row (whose
+  // later launches depend on the earlier ones programmatically on sm_90 and newer).
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {6, 4000}, {6, 90000}, {200, 40000}, {2, 64 * kTopkTileCols + 5}};
+  for (const auto& [rows, cols] : shapes) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+    const RowShape s{rows, cols, cols};
     const int64_t k = 300;
     HostArray host(dtype, s.rows * cols);
     ref::fill_random(host, 9);
