@@ -52,7 +52,8 @@ SPILL_ALLOWED = [
      "each thread holds 32 keys of its tile in registers, capped at 64 by two 512-thread (or "
      "eight 128-thread) blocks per SM; the tiles that are not their row's last spill 8 to 120 "
      "bytes of loop state, and the last tiles up to about 150 bytes around their sorts of the "
-     "candidates (once per block), all of which stays in L1"),
+     "candidates (once per block); the cluster tiles (64 values per thread, 128 registers, one "
+     "block per SM) about 110 bytes around theirs; all of which stays in L1"),
     (r"topk_gather_kernel<.*?, (true|\(bool\)1)>",
      "the row's last gathering block holds up to 8 items per thread in its sorts beside the "
      "chunk state, at its cap of 128 registers (512 threads); 68 bytes go to local memory, "

@@ -23,6 +23,12 @@
 //   3. When too many pass (ties, adversarial data), a value tile goes to shared memory and is
 //      selected exactly by radix selection (11-bit digits, 3 passes at most) and compacted in
 //      column order; a tile of items is sorted whole.
+// Rows of 2 to 8 tiles (of up to 32768 values, 64 per thread) that the device holds at once are
+// selected in one launch by a thread-block cluster per row (sm_90 and newer): the blocks find
+// one bound for the row from all their maxima (cluster_bound), leave their candidates in block
+// 0's shared memory, which sorts them, and fall back together to the radix selection, their
+// histograms and column order merged through distributed shared memory. Where a row takes
+// several launches, each after the first may start early and waits for its inputs.
 #include <cub/block/block_merge_sort.cuh>
 #include <cub/block/block_scan.cuh>
 
