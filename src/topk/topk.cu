@@ -783,25 +783,25 @@ __device__ void bucket_or_merge_sort(uint64_t* buf, int count, SelectShared<kThr
 }
 
 // Sorts buf[0, count) in descending order (kByColumn: in ascending columns). Up to
-// kBucketItems per thread, by buckets where the data are spread (bucket_sort); else, up to
+// kBucketSortItems per thread, by buckets where the data are spread (bucket_sort); else, up to
 // kMaxItems per thread, a merge sort through registers, or for at most 256 items a bitonic sort
 // in one warp. Otherwise a bitonic sort of the whole block. The two limits bound the registers
 // the sorts take (the merge sort's are the more). buf holds max(pow2(count), kThreads) + 1
 // items. Needs no barrier after the writes of buf; ends with a block barrier.
-template <int kThreads, int kMaxItems, bool kByColumn, int kBucketItems = kMaxItems>
+template <int kThreads, int kMaxItems, bool kByColumn, int kBucketSortItems = kMaxItems>
 __device__ void sort_items(uint64_t* buf, int count, SelectShared<kThreads>& s) {
-  static_assert(kBucketItems >= kMaxItems && kBucketItems <= 8, "bucket limits");
+  static_assert(kBucketSortItems >= kMaxItems && kBucketSortItems <= 8, "bucket limits");
   if (count <= 1) {
     __syncthreads();
     return;
   }
   if (count <= kThreads) {
     bucket_or_merge_sort<kThreads, 1, kByColumn, true>(buf, count, s);
-  } else if (kBucketItems >= 2 && count <= 2 * kThreads) {
+  } else if (kBucketSortItems >= 2 && count <= 2 * kThreads) {
     bucket_or_merge_sort<kThreads, 2, kByColumn, (kMaxItems >= 2)>(buf, count, s);
-  } else if (kBucketItems >= 4 && count <= 4 * kThreads) {
+  } else if (kBucketSortItems >= 4 && count <= 4 * kThreads) {
     bucket_or_merge_sort<kThreads, 4, kByColumn, (kMaxItems >= 4)>(buf, count, s);
-  } else if (kBucketItems >= 8 && count <= 8 * kThreads) {
+  } else if (kBucketSortItems >= 8 && count <= 8 * kThreads) {
     bucket_or_merge_sort<kThreads, 8, kByColumn, (kMaxItems >= 8)>(buf, count, s);
   } else {
     __syncthreads();
@@ -812,10 +812,10 @@ __device__ void sort_items(uint64_t* buf, int count, SelectShared<kThreads>& s) 
 // Writes best[0, k) (in descending order) to row `row` of the values and indices; unsorted
 // results are first re-sorted by column (best must hold pow2(k) items). Starts after a block
 // barrier.
-template <typename T, int kThreads, int kMaxItems, int kBucketItems = kMaxItems>
+template <typename T, int kThreads, int kMaxItems, int kBucketSortItems = kMaxItems>
 __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t row,
                             SelectShared<kThreads>& s) {
-  if (!out.sorted) sort_items<kThreads, kMaxItems, true, kBucketItems>(best, k, s);
+  if (!out.sorted) sort_items<kThreads, kMaxItems, true, kBucketSortItems>(best, k, s);
   T* values = out.values + row * out.values_stride;
   for (int i = threadIdx.x; i < k; i += kThreads) {
     const uint64_t item = best[i];
@@ -832,11 +832,11 @@ __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t ro
 
 // Sorts the `count` items of buf (which holds pow2(count)) and writes the first k as the row's
 // result. Starts after a block barrier.
-template <typename T, int kThreads, int kMaxItems, int kBucketItems = kMaxItems>
+template <typename T, int kThreads, int kMaxItems, int kBucketSortItems = kMaxItems>
 __device__ void sort_and_write_final(uint64_t* buf, int count, int k, const Out<T>& out,
                                      int64_t row, SelectShared<kThreads>& s) {
-  sort_items<kThreads, kMaxItems, false, kBucketItems>(buf, count, s);
-  write_final<T, kThreads, kMaxItems, kBucketItems>(buf, k, out, row, s);
+  sort_items<kThreads, kMaxItems, false, kBucketSortItems>(buf, count, s);
+  write_final<T, kThreads, kMaxItems, kBucketSortItems>(buf, k, out, row, s);
 }
 
 // ---- level 0: tiles of values -----------------------------------------------------------------
@@ -895,9 +895,9 @@ __global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
   const RowCluster c = {kClustered ? a.cluster : 1, kClustered ? tile : 0};
   // The sorts' items per thread in registers (cluster tiles have 128 registers).
   constexpr int kSortItems = kClustered ? 8 : kValueSortItems;
-  constexpr int kBucketItems = kClustered                 ? 8
-                               : kThreads == kWideThreads ? kValueBucketItems
-                                                          : kValueSortItems;
+  constexpr int kBucketSortItems = kClustered                 ? 8
+                                   : kThreads == kWideThreads ? kValueBucketItems
+                                                              : kValueSortItems;
 
   // The tile: 16-byte vectors t, t + kThreads, ... of the aligned body, and one value of the
   // unaligned head or the tail for the first threads. Keys outside the tile are 0.
@@ -1013,8 +1013,8 @@ __global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
     // More candidates than the merge sort takes (ties, adversarial data): radix selection.
     if (row_total <= min(limit, static_cast<uint32_t>(kThreads * kSortItems))) {
       if (c.rank != 0) return;
-      sort_and_write_final<T, kThreads, kSortItems, kBucketItems>(buf, static_cast<int>(row_total),
-                                                                  k_tile, a.out, row, s);
+      sort_and_write_final<T, kThreads, kSortItems, kBucketSortItems>(
+          buf, static_cast<int>(row_total), k_tile, a.out, row, s);
       return;
     }
   } else {
@@ -1044,8 +1044,8 @@ __global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
     if (total <= limit) {
       write_candidates(kFinal ? buf : a.out.items + slot * a.out.slot, bound);
       if constexpr (kFinal) {
-        sort_and_write_final<T, kThreads, kSortItems, kBucketItems>(buf, static_cast<int>(total),
-                                                                    k_tile, a.out, row, s);
+        sort_and_write_final<T, kThreads, kSortItems, kBucketSortItems>(
+            buf, static_cast<int>(total), k_tile, a.out, row, s);
       } else {
         if (t == 0) a.out.counts[slot] = total;
       }
@@ -1085,8 +1085,8 @@ __global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
       cluster_sync();  // the row's k are in block 0
       if (c.rank != 0) return;
     }
-    sort_and_write_final<T, kThreads, kSortItems, kBucketItems>(best, k_tile, k_tile, a.out, row,
-                                                                s);
+    sort_and_write_final<T, kThreads, kSortItems, kBucketSortItems>(best, k_tile, k_tile, a.out,
+                                                                    row, s);
   } else {
     uint64_t* dst = a.out.items + slot * a.out.slot;
     compact(tile_keys, len, th, s, RowCluster(), [&](uint32_t position, int i) {
