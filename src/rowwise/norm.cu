@@ -575,9 +575,9 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
     } else if (parts > 0) {
       // Clusters of `parts` blocks share each row; each cluster is one unit.
       using S = BackwardSplitShape;
-      const SplitConfig one(1, parts, S::threads, nullptr);
+      const LaunchConfig one(static_cast<unsigned>(parts), S::threads, 0, nullptr, parts);
       int clusters = 0;
-      error = cudaOccupancyMaxActiveClusters(&clusters, split_kernel<kLayer, T>(), &one.config);
+      error = cudaOccupancyMaxActiveClusters(&clusters, split_kernel<kLayer, T>(), &one.config());
       plan->split = parts;
       plan->units = std::min<int64_t>(rows, std::max(clusters, 1));
       plan->blocks = static_cast<unsigned>(plan->units * parts);

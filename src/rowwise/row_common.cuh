@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "core/cluster.cuh"
+#include "core/launch_config.h"
 #include "core/numeric.cuh"
 #include "core/vector.cuh"
 
@@ -373,35 +374,12 @@ Status with_cached_shape(int index, F&& f) {
 /// The cached shape of the norm backward kernel whose blocks share a row in clusters (row_walk).
 using BackwardSplitShape = CachedShape<128, 4>;
 
-/// The launch configuration of `clusters` clusters of `parts` blocks of `threads` threads (one
-/// dimension, no dynamic shared memory). The configuration points at its own cluster attribute,
-/// so it is not copied.
-struct SplitConfig {
-  cudaLaunchAttribute attribute = {};
-  cudaLaunchConfig_t config = {};
-
-  SplitConfig(unsigned clusters, int parts, int threads, cudaStream_t stream) {
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = static_cast<unsigned>(parts);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    config.gridDim = dim3(clusters * static_cast<unsigned>(parts));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = 0;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
-  SplitConfig(const SplitConfig&) = delete;
-  SplitConfig& operator=(const SplitConfig&) = delete;
-};
-
 /// Launches a split kernel: `clusters` clusters of `parts` blocks of `threads` threads.
 template <typename... Params, typename... Args>
 Status launch_split(const char* op, void (*kernel)(Params...), unsigned clusters, int parts,
                     int threads, cudaStream_t stream, Args... args) {
-  const SplitConfig split(clusters, parts, threads, stream);
-  const cudaError_t error = cudaLaunchKernelEx(&split.config, kernel, static_cast<Params>(args)...);
+  const LaunchConfig split(clusters * static_cast<unsigned>(parts), threads, 0, stream, parts);
+  const cudaError_t error = split.launch(kernel, args...);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();  // the launch error is reported here, not by a later call
     return detail::cuda_status(error, op, "kernel launch failed");

@@ -41,6 +41,7 @@
 #include "core/dispatch.cuh"
 #include "core/kernel_families.h"
 #include "core/launch.h"
+#include "core/launch_config.h"
 #include "core/numeric.cuh"
 #include "core/validate.h"
 #include "core/vector.cuh"
@@ -512,14 +513,14 @@ __device__ uint32_t search_bound(const uint32_t (&m)[kGroups], uint32_t found, i
   return max(found, 1u);
 }
 
-// A lower bound of the k-th key: the k-th largest of the block's maxima m[0, groups) (0: an
-// empty group), to kBoundBits bits below the highest bit where the smallest and the largest
-// non-empty maxima differ (so as fine as the maxima are spread, at every level). 1 when fewer
-// than k groups are non-empty. Every thread gets it.
+// The largest and the smallest non-empty maxima of the block's m[0, groups) (0: an empty group),
+// and how many are non-empty, to every thread (block_spread).
 template <int kThreads>
-__device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
-                               SelectShared<kThreads>& s) {
-  uint32_t high = 0, low = 0xffffffffu, filled = 0;
+__device__ void maxima_spread(const uint32_t (&m)[8], int groups, uint32_t& high, uint32_t& low,
+                              uint32_t& filled, SelectShared<kThreads>& s) {
+  high = 0;
+  low = 0xffffffffu;
+  filled = 0;
 #pragma unroll
   for (int g = 0; g < 8; ++g) {
     if (g < groups) {
@@ -529,6 +530,17 @@ __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
     }
   }
   block_spread(high, low, filled, s);
+}
+
+// A lower bound of the k-th key: the k-th largest of the block's maxima m[0, groups) (0: an
+// empty group), to kBoundBits bits below the highest bit where the smallest and the largest
+// non-empty maxima differ (so as fine as the maxima are spread, at every level). 1 when fewer
+// than k groups are non-empty. Every thread gets it.
+template <int kThreads>
+__device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
+                               SelectShared<kThreads>& s) {
+  uint32_t high, low, filled;
+  maxima_spread(m, groups, high, low, filled, s);
   if (filled < k) return 1u;
   if (low == high) return low;
   const int top = 31 - __clz(low ^ high);
@@ -559,16 +571,8 @@ __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
 template <int kThreads, typename T>
 __device__ uint32_t cluster_bound(const uint32_t (&m)[8], int groups, uint32_t k,
                                   SelectShared<kThreads>& s, const RowCluster& c) {
-  uint32_t high = 0, low = 0xffffffffu, filled = 0;
-#pragma unroll
-  for (int g = 0; g < 8; ++g) {
-    if (g < groups) {
-      high = max(high, m[g]);
-      if (m[g] != 0) low = min(low, m[g]);
-      filled += m[g] != 0 ? 1u : 0u;
-    }
-  }
-  block_spread(high, low, filled, s);
+  uint32_t high, low, filled;
+  maxima_spread(m, groups, high, low, filled, s);
   if (threadIdx.x == 0) {
     s.shared_spread[0] = high;
     s.shared_spread[1] = low;
@@ -1303,44 +1307,6 @@ Status for_row_batches(const char* op, int64_t rows, int tiles, cudaStream_t str
   return Status();
 }
 
-// A launch configuration: `cluster` blocks per thread-block cluster (1: none); `dependent`: the
-// kernel may start before the previous one of the stream ends (it waits for its results).
-class Launch {
- public:
-  Launch(int threads, size_t smem, cudaStream_t stream, int cluster, bool dependent) {
-    config_.blockDim = dim3(static_cast<unsigned>(threads));
-    config_.dynamicSmemBytes = smem;
-    config_.stream = stream;
-    config_.attrs = attributes_;
-    if (cluster > 1) {
-      cudaLaunchAttribute& a = attributes_[config_.numAttrs++];
-      a.id = cudaLaunchAttributeClusterDimension;
-      a.val.clusterDim.x = static_cast<unsigned>(cluster);
-      a.val.clusterDim.y = 1;
-      a.val.clusterDim.z = 1;
-    }
-    if (dependent) {
-      cudaLaunchAttribute& a = attributes_[config_.numAttrs++];
-      a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      a.val.programmaticStreamSerializationAllowed = 1;
-    }
-  }
-  Launch(const Launch&) = delete;
-  Launch& operator=(const Launch&) = delete;
-
-  // Leaves an error for check_launch.
-  template <typename Args>
-  void operator()(void (*kernel)(Args), unsigned blocks, const Args& args) const {
-    cudaLaunchConfig_t config = config_;
-    config.gridDim = dim3(blocks);
-    (void)cudaLaunchKernelEx(&config, kernel, args);
-  }
-
- private:
-  cudaLaunchAttribute attributes_[2] = {};
-  cudaLaunchConfig_t config_ = {};
-};
-
 template <typename T, bool kFinal, int kThreads, int kKeys = kPerThread>
 Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream_t stream,
                      bool dependent = false) {
@@ -1358,10 +1324,11 @@ Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
   const int per_row = args.sample_out != nullptr ? args.samples : args.tiles;
-  const Launch launch(kThreads, smem, stream, args.cluster, dependent);
+  LaunchConfig launch(0, kThreads, smem, stream, args.cluster, dependent);
   return for_row_batches(op, rows, per_row, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
-    launch(kernel, blocks, args);
+    launch.set_blocks(blocks);
+    (void)launch.launch(kernel, args);  // check_launch reports an error
   });
 }
 
@@ -1373,10 +1340,11 @@ Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStrea
       static_cast<size_t>(args.capacity + args.slot) * sizeof(uint64_t) + kSortSlack;
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
-  const Launch launch(kGatherThreads, smem, stream, 1, dependent);
+  LaunchConfig launch(0, kGatherThreads, smem, stream, 1, dependent);
   return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
-    launch(kernel, blocks, args);
+    launch.set_blocks(blocks);
+    (void)launch.launch(kernel, args);  // check_launch reports an error
   });
 }
 
@@ -1410,18 +1378,8 @@ Status clusters_at_once(const char* op, int tiles, int* count) {
     const size_t smem = static_cast<size_t>(kClusterTile) * sizeof(uint32_t) +
                         static_cast<size_t>(kTopkMaxK) * sizeof(uint64_t) + kSortSlack;
     if (Status s = allow_shared(op, kernel, attributes.sharedSizeBytes, smem); !s.ok()) return s;
-    cudaLaunchAttribute attribute = {};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = static_cast<unsigned>(tiles);
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(tiles));
-    config.blockDim = dim3(kWideThreads);
-    config.dynamicSmemBytes = smem;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    const cudaError_t error = cudaOccupancyMaxActiveClusters(count, kernel, &config);
+    const LaunchConfig one(static_cast<unsigned>(tiles), kWideThreads, smem, nullptr, tiles);
+    const cudaError_t error = cudaOccupancyMaxActiveClusters(count, kernel, &one.config());
     if (error != cudaSuccess) return cuda_status(error, op, "sizing the thread-block clusters");
   }
   entry.store(*count + 1, std::memory_order_relaxed);
