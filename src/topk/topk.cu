@@ -1324,7 +1324,7 @@ Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
   const int per_row = args.sample_out != nullptr ? args.samples : args.tiles;
-  LaunchConfig launch(0, kThreads, smem, stream, args.cluster, dependent);
+  LaunchConfig launch(0, kThreads, smem, stream, args.cluster > 1 ? args.cluster : 0, dependent);
   return for_row_batches(op, rows, per_row, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
     launch.set_blocks(blocks);
@@ -1340,7 +1340,7 @@ Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStrea
       static_cast<size_t>(args.capacity + args.slot) * sizeof(uint64_t) + kSortSlack;
   static const size_t static_smem = static_shared(kernel);
   if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
-  LaunchConfig launch(0, kGatherThreads, smem, stream, 1, dependent);
+  LaunchConfig launch(0, kGatherThreads, smem, stream, 0, dependent);
   return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
     launch.set_blocks(blocks);
