@@ -21,6 +21,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "core/cluster.cuh"
 #include "core/launch_config.h"
@@ -212,28 +214,108 @@ __device__ __forceinline__ float round_to(float x) {
   return to_float(from_float<T>(x));
 }
 
+/// The bits of element e of a 16-byte vector of T held as four 32-bit words, as float32.
+template <typename T>
+__device__ __forceinline__ float word_element(const uint4& words, int e) {
+  const uint32_t w[4] = {words.x, words.y, words.z, words.w};
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(w[e]);
+  } else {
+    const uint32_t word = w[e / 2];
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      return __uint_as_float((e & 1) != 0 ? word & 0xffff0000u : word << 16);
+    } else {
+      return __half2float(__ushort_as_half(
+          static_cast<unsigned short>((e & 1) != 0 ? word >> 16 : word & 0xffffu)));
+    }
+  }
+}
+
+/// The bits of T: 16 or 32 of them.
+template <typename T>
+__device__ __forceinline__ uint32_t element_bits(T x) {
+  if constexpr (sizeof(T) == 4) {
+    return __float_as_uint(x);
+  } else {
+    unsigned short bits;
+    memcpy(&bits, &x, 2);
+    return bits;
+  }
+}
+
+/// Sixteen bytes of `fill`.
+template <typename T>
+__device__ __forceinline__ uint4 fill_vector(T fill) {
+  uint32_t word = element_bits<T>(fill);
+  if constexpr (sizeof(T) == 2) word |= word << 16;
+  return make_uint4(word, word, word, word);
+}
+
+/// N floats rounded to T and packed into a 16-byte vector held as four 32-bit words.
+template <typename T>
+__device__ __forceinline__ uint4 pack_words(const float (&v)[kVec16<T>]) {
+  if constexpr (sizeof(T) == 4) {
+    return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                      __float_as_uint(v[3]));
+  } else {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      w[i] = element_bits<T>(from_float<T>(v[2 * i])) |
+             (element_bits<T>(from_float<T>(v[2 * i + 1])) << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The cached shape: thread t of a row holds the chunks at columns (j * kThreads + t) * N,
-// j < kVecs, in their storage type (so that a 16-bit row costs half the registers).
+// j < kVecs, 16-byte vectors in their storage type (so that a 16-bit row costs half the
+// registers), each kept as four 32-bit words: a vector of 16-bit elements would be split into one
+// register per element.
 
 template <typename T, int kThreads, int kVecs, int N>
 struct Tile {
+  static_assert(N == kVec16<T>, "a tile's chunks are 16-byte vectors");
   static constexpr int kCols = kThreads * kVecs * N;  // the longest row it holds
-  Vec<T, N> raw[kVecs];
+  uint4 raw[kVecs];
 
   __device__ __forceinline__ static int col(int j, int t) { return (j * kThreads + t) * N; }
 
+  /// The thread's chunk that straddles the row's end (cols not a multiple of N), or -1. A row
+  /// has at most one such chunk, so it is handled once, after the vector accesses: handling it
+  /// in every chunk's place costs the kernels a set of registers per chunk.
+  __device__ __forceinline__ static int partial(int cols, int t) {
+    const int v = cols / N;  // the straddling chunk's index in the row
+    if (v * N == cols || v % kThreads != t || v / kThreads >= kVecs) return -1;
+    return v / kThreads;
+  }
+
   /// Loads the thread's chunks; elements past cols are set to `fill`.
   __device__ __forceinline__ void load(const T* row, int cols, int t, T fill) {
+    load_range(row, cols, t, fill, 0, kVecs);
+  }
+
+  /// Loads chunks [first, first + count) only (constants once unrolled).
+  __device__ __forceinline__ void load_range(const T* row, int cols, int t, T fill, int first,
+                                             int count) {
+    const uint4 filled = fill_vector<T>(fill);
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
+      if (j < first || j >= first + count) continue;
       const int c = col(j, t);
-      if (c + N <= cols) {
-        raw[j] = load_vec<T, N>(row + c);
-      } else {
+      raw[j] = c + N <= cols ? *reinterpret_cast<const uint4*>(row + c) : filled;
+    }
+    const int p = partial(cols, t);
+    if (p >= first && p < first + count) {
+      const int c = col(p, t);
+      float part[N];
 #pragma unroll
-        for (int e = 0; e < N; ++e)
-          raw[j].v[e] = c + e < cols ? row[c + e] : fill;
+      for (int e = 0; e < N; ++e)
+        part[e] = to_float(c + e < cols ? row[c + e] : fill);
+      const uint4 words = pack_words<T>(part);
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        if (j == p) raw[j] = words;
       }
     }
   }
@@ -248,14 +330,33 @@ struct Tile {
   }
 
   __device__ __forceinline__ float get(int j, int e) const {
-    return to_float(raw[j].v[e]);
+    return word_element<T>(raw[j], e);
   }
-  __device__ __forceinline__ void set(int j, int e, float value) {
-    raw[j].v[e] = from_float<T>(value);
+  /// Makes the held values opaque to the compiler, so that a later pass converts them again
+  /// rather than keeping the float32 values of an earlier pass alive (twice the registers for
+  /// 16-bit types).
+  __device__ __forceinline__ void pin() {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+      asm volatile("" : "+r"(raw[j].x), "+r"(raw[j].y), "+r"(raw[j].z), "+r"(raw[j].w));
+  }
+  /// Sets chunk j to N float values rounded to T.
+  __device__ __forceinline__ void set(int j, const float (&v)[N]) {
+    raw[j] = pack_words<T>(v);
   }
   /// True when element e of chunk j is inside the row.
   __device__ __forceinline__ static bool valid(int j, int e, int t, int cols) {
     return col(j, t) + e < cols;
+  }
+
+  /// Chunk j for an index j known only at run time (no local-memory array).
+  __device__ __forceinline__ uint4 chunk(int j) const {
+    uint4 words = raw[0];
+#pragma unroll
+    for (int i = 1; i < kVecs; ++i) {
+      if (i == j) words = raw[i];
+    }
+    return words;
   }
 
   /// Stores the chunks as they are held.
@@ -263,13 +364,15 @@ struct Tile {
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
       const int c = col(j, t);
-      if (c + N <= cols) {
-        store_vec<T, N>(row + c, raw[j]);
-      } else {
+      if (c + N <= cols) *reinterpret_cast<uint4*>(row + c) = raw[j];
+    }
+    const int p = partial(cols, t);
+    if (p >= 0) {
+      const uint4 words = chunk(p);
+      const int c = col(p, t);
 #pragma unroll
-        for (int e = 0; e < N; ++e) {
-          if (c + e < cols) row[c + e] = raw[j].v[e];
-        }
+      for (int e = 0; e < N; ++e) {
+        if (c + e < cols) row[c + e] = from_float<T>(word_element<T>(words, e));
       }
     }
   }
@@ -278,17 +381,23 @@ struct Tile {
 /// Stores float values laid out as a Tile's chunks.
 template <typename T, int kThreads, int kVecs, int N>
 __device__ __forceinline__ void store_tile(T* row, int cols, int t, const float (&v)[kVecs][N]) {
+  using TileT = Tile<T, kThreads, kVecs, N>;
 #pragma unroll
-  for (int j = 0; j < kVecs; ++j)
-    store_chunk<T, N>(row, (j * kThreads + t) * N, cols, v[j]);
-}
-
-/// Loads a cols-long vector (weight, bias) laid out as a Tile's chunks, 0 past cols.
-template <typename T, int kThreads, int kVecs, int N>
-__device__ __forceinline__ void load_params(const T* p, int cols, int t, float (&v)[kVecs][N]) {
+  for (int j = 0; j < kVecs; ++j) {
+    const int c = TileT::col(j, t);
+    if (c + N <= cols) *reinterpret_cast<uint4*>(row + c) = pack_words<T>(v[j]);
+  }
+  if (const int p = TileT::partial(cols, t); p >= 0) {
+    const int c = TileT::col(p, t);
 #pragma unroll
-  for (int j = 0; j < kVecs; ++j)
-    load_chunk<T, N>(p, (j * kThreads + t) * N, cols, v[j], 0.0f);
+    for (int j = 0; j < kVecs; ++j) {
+      if (j != p) continue;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        if (c + e < cols) row[c + e] = from_float<T>(v[j][e]);
+      }
+    }
+  }
 }
 
 /// Threads of a cached-shape block: one warp per row in blocks of four rows, or one row per block.

@@ -179,43 +179,6 @@ class RowPipeline {
   int64_t rows_;
 };
 
-/// The bits of element e of a 16-byte vector of T held as four 32-bit words, as float32.
-template <typename T>
-__device__ __forceinline__ float word_element(const uint4& words, int e) {
-  const uint32_t w[4] = {words.x, words.y, words.z, words.w};
-  if constexpr (sizeof(T) == 4) {
-    return __uint_as_float(w[e]);
-  } else {
-    const uint32_t word = w[e / 2];
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      return __uint_as_float((e & 1) != 0 ? word & 0xffff0000u : word << 16);
-    } else {
-      return __half2float(__ushort_as_half(
-          static_cast<unsigned short>((e & 1) != 0 ? word >> 16 : word & 0xffffu)));
-    }
-  }
-}
-
-/// The bits of T: 16 or 32 of them.
-template <typename T>
-__device__ __forceinline__ uint32_t element_bits(T x) {
-  if constexpr (sizeof(T) == 4) {
-    return __float_as_uint(x);
-  } else {
-    unsigned short bits;
-    memcpy(&bits, &x, 2);
-    return bits;
-  }
-}
-
-/// Sixteen bytes of `fill`.
-template <typename T>
-__device__ __forceinline__ uint4 fill_vector(T fill) {
-  uint32_t word = element_bits<T>(fill);
-  if constexpr (sizeof(T) == 2) word |= word << 16;
-  return make_uint4(word, word, word, word);
-}
-
 /// A row as a thread of a pipelined kernel holds it: chunk j of thread t is the 16-byte vector at
 /// column (j * blockDim.x + t) * N, kept as four 32-bit words (a vector of 16-bit elements would
 /// be split into one register per element).
