@@ -312,6 +312,11 @@ struct NormBackwardArgs {
   int64_t cols;
 };
 
+// Blocks per SM of the unsplit cached backward kernel's persistent grid. On an H100 (bf16,
+// rms_norm_backward / layer_norm_backward at 32768 x 4096) 2 blocks measured 95.0% / 89.4% of copy,
+// against 81.4% / 77.8% with all that fit (4 and 3 blocks of 128 threads).
+constexpr int kBackwardBlocksPerSm = 2;
+
 // kSplit: the blocks of a cluster share each row (row_walk); a cluster is then one unit.
 template <bool kLayer, typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
@@ -597,6 +602,10 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
         error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
             &per_sm, norm_backward_cached<kLayer, T, S::threads, S::vecs, V, false>,
             kBlockThreads<S::threads>, 0);
+        // At most kBackwardBlocksPerSm blocks per SM, even where more fit: each block asks L2
+        // for its next row before the reductions of its current one, and with fewer rows in
+        // flight per SM those prefetched rows are still in L2 when they are loaded.
+        per_sm = std::min(per_sm, kBackwardBlocksPerSm);
         const int64_t groups = (rows + kRows - 1) / kRows;
         plan->blocks = static_cast<unsigned>(std::min<int64_t>(groups, sms * std::max(per_sm, 1)));
         plan->units = plan->blocks;
