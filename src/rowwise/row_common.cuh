@@ -267,6 +267,16 @@ __device__ __forceinline__ uint4 pack_words(const float (&v)[kVec16<T>]) {
   }
 }
 
+/// Makes the words opaque to the compiler, so that a later pass over a held row converts them
+/// again rather than keeping the float32 values of an earlier pass alive (twice the registers
+/// for 16-bit types).
+template <int K>
+__device__ __forceinline__ void pin_words(uint4 (&raw)[K]) {
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+    asm volatile("" : "+r"(raw[j].x), "+r"(raw[j].y), "+r"(raw[j].z), "+r"(raw[j].w));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The cached shape: thread t of a row holds the chunks at columns (j * kThreads + t) * N,
 // j < kVecs, 16-byte vectors in their storage type (so that a 16-bit row costs half the
@@ -332,23 +342,14 @@ struct Tile {
   __device__ __forceinline__ float get(int j, int e) const {
     return word_element<T>(raw[j], e);
   }
-  /// Makes the held values opaque to the compiler, so that a later pass converts them again
-  /// rather than keeping the float32 values of an earlier pass alive (twice the registers for
-  /// 16-bit types).
+  /// See pin_words.
   __device__ __forceinline__ void pin() {
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j)
-      asm volatile("" : "+r"(raw[j].x), "+r"(raw[j].y), "+r"(raw[j].z), "+r"(raw[j].w));
+    pin_words(raw);
   }
   /// Sets chunk j to N float values rounded to T.
   __device__ __forceinline__ void set(int j, const float (&v)[N]) {
     raw[j] = pack_words<T>(v);
   }
-  /// True when element e of chunk j is inside the row.
-  __device__ __forceinline__ static bool valid(int j, int e, int t, int cols) {
-    return col(j, t) + e < cols;
-  }
-
   /// Chunk j for an index j known only at run time (no local-memory array).
   __device__ __forceinline__ uint4 chunk(int j) const {
     uint4 words = raw[0];

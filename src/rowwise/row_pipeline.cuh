@@ -214,13 +214,9 @@ struct StagedTile {
     return word_element<T>(raw[j], e);
   }
 
-  /// Makes the held values opaque to the compiler, so that a later pass converts them again
-  /// rather than keeping the float32 values of an earlier pass alive (twice the registers for
-  /// 16-bit types).
+  /// See pin_words.
   __device__ __forceinline__ void pin() {
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j)
-      asm volatile("" : "+r"(raw[j].x), "+r"(raw[j].y), "+r"(raw[j].z), "+r"(raw[j].w));
+    pin_words(raw);
   }
 
   __device__ __forceinline__ static bool valid(int j, int cols) {
@@ -240,12 +236,7 @@ __device__ __forceinline__ void load_floats(const T* p, bool inside, float (&v)[
 /// N floats rounded to T, stored as one 16-byte vector at p (16-byte aligned) when `inside`.
 template <typename T>
 __device__ __forceinline__ void store_floats(T* p, bool inside, const float (&v)[kVec16<T>]) {
-  if (!inside) return;
-  Vec<T, kVec16<T>> out;
-#pragma unroll
-  for (int e = 0; e < kVec16<T>; ++e)
-    out.v[e] = from_float<T>(v[e]);
-  store_vec<T, kVec16<T>>(p, out);
+  if (inside) *reinterpret_cast<uint4*>(p) = pack_words<T>(v);
 }
 
 }  // namespace cudaops::detail::rowwise
