@@ -58,6 +58,10 @@ SPILL_ALLOWED = [
      "the row's last gathering block holds up to 8 items per thread in its sorts beside the "
      "chunk state, at its cap of 128 registers (512 threads); 68 bytes go to local memory, "
      "which stays in L1, once per block"),
+    (r"norm_backward_cached<(true|\(bool\)1), .*, (true|\(bool\)1)>",
+     "the split layer-norm backward is held to 5 blocks of 128 threads per SM (96 registers) so "
+     "that more rows are in flight; its accumulators are in shared memory, and 4 to 16 bytes of "
+     "loop state stay in local memory (L1)"),
     (r"layer_norm_pipelined<__nv_bfloat16>",
      "1024 threads cap it at 64 registers, holding the row and the weight; 8 bytes of loop state "
      "stay in local memory (L1)"),

@@ -224,6 +224,12 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
 // norm_cached over registers; the weight is held in registers across the rows, the bias read per
 // row. (rms_norm and fused_add_rms_norm measured slower this way than streamed, see
 // bench/RESULTS.md, so they keep norm_streamed.)
+// layer_norm's rows brought in by the pipeline (row_pipeline.cuh), then the passes of
+// norm_cached over registers; the weight is held in registers across the rows, the bias read per
+// row. Each of the block's reductions takes one block barrier (alternating scratch), and the
+// first one also tells thread 0 that every thread has its row out of the stage, which then goes
+// back to the pipeline. (rms_norm and fused_add_rms_norm measured no faster this way than
+// streamed, see bench/RESULTS.md, so they keep norm_streamed.)
 template <typename T>
 __global__ void __launch_bounds__(kPipeThreads)
     layer_norm_pipelined(NormArgs<T> a, PipeParams params) {
@@ -232,7 +238,7 @@ __global__ void __launch_bounds__(kPipeThreads)
   using TileT = StagedTile<T, kVecs>;
   extern __shared__ float4 dynamic_smem[];
   __shared__ uint64_t bars[kMaxStages];
-  __shared__ float scratch[kWarp];
+  __shared__ float scratch[kAlternatingScratch<1>];
   const int cols = static_cast<int>(a.cols);
   RowPipeline<T, 1> pipe(reinterpret_cast<T*>(dynamic_smem), bars, params, {{a.x}, {a.x_stride}},
                          cols, a.rows);
@@ -241,12 +247,12 @@ __global__ void __launch_bounds__(kPipeThreads)
   weight.load_global(a.weight, cols);
   const T zero = from_float<T>(0.0f);
   int i = 0;
+  int parity = 0;
   for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x, ++i) {
     weight.pin();  // converted again in each row, not hoisted out of the loop as float32
     TileT tile;
     pipe.wait(i);
     tile.load(pipe.stage(i, 0), cols, zero);
-    pipe.release(i, row);
     float sum[1] = {0.0f};
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
@@ -254,7 +260,9 @@ __global__ void __launch_bounds__(kPipeThreads)
       for (int e = 0; e < N; ++e)
         sum[0] += tile.get(j, e);
     }
-    row_allreduce<kWholeBlock>(sum, scratch, SumOp{});
+    row_allreduce_alternating(sum, scratch, parity, SumOp{});
+    parity ^= 1;
+    pipe.release_synced(i, row);
     const float mean = sum[0] / static_cast<float>(cols);
     tile.pin();
     float squares[1] = {0.0f};
@@ -266,7 +274,8 @@ __global__ void __launch_bounds__(kPipeThreads)
         squares[0] = fmaf(d, d, squares[0]);
       }
     }
-    row_allreduce<kWholeBlock>(squares, scratch, SumOp{});
+    row_allreduce_alternating(squares, scratch, parity, SumOp{});
+    parity ^= 1;
     tile.pin();
     const float rstd = rsqrtf(squares[0] / static_cast<float>(cols) + a.eps);
     if (threadIdx.x == 0) {
@@ -317,27 +326,56 @@ struct NormBackwardArgs {
 // against 81.4% / 77.8% with all that fit (4 and 3 blocks of 128 threads).
 constexpr int kBackwardBlocksPerSm = 2;
 
+// The split layer-norm backward keeps its accumulators (dweight and dbias) in shared memory
+// rather than registers, each thread in slots of its own, and is held to kSplitLayerBlocks
+// blocks per SM (96 registers; 12 bytes of loop state spill to L1). With the accumulators in
+// registers it took 168 and 3 blocks per SM fitted, too few rows in flight: 65.6% of copy at
+// 4096 x 32768 bf16 on an H100, against 72.6% this way. rms_norm_backward measured the same either
+// way (79.8% / 79.7%), and keeps its one accumulator in registers.
+template <bool kLayer, bool kSplit>
+inline constexpr bool kSharedAccumulators = kLayer&& kSplit;
+constexpr int kSplitLayerBlocks = 5;
+
 // kSplit: the blocks of a cluster share each row (row_walk); a cluster is then one unit.
 template <bool kLayer, typename T, int kThreads, int kVecs, int N, bool kSplit>
-__global__ void __launch_bounds__(kBlockThreads<kThreads>)
+__global__ void __launch_bounds__(kBlockThreads<kThreads>,
+                                  (kSharedAccumulators<kLayer, kSplit> ? kSplitLayerBlocks : 0))
     norm_backward_cached(NormBackwardArgs<T> a) {
   constexpr int K = kLayer ? 2 : 1;
+  constexpr bool kSmemAcc = kSharedAccumulators<kLayer, kSplit>;
   __shared__ float scratch[K * kWarp];
   constexpr int kRows = kRowsPerBlock<kThreads>;
+  static_assert(!kSmemAcc || kRows == 1, "shared-memory accumulators take one row per block");
   using TileT = Tile<T, kThreads, kVecs, N>;
   const int t = threadIdx.x % kThreads;
   const RowWalk walk = row_walk<kThreads, kSplit>(static_cast<int>(a.cols), TileT::kCols);
   const int cols = walk.cols;  // of this block's part of the row
   const T* weight = a.weight + walk.offset;
   const T zero = from_float<T>(0.0f);
-  float dw[kVecs][N];
-  float db[kVecs][N];
+  // kSmemAcc: accumulator k of element 4 * q + i of the thread's chunk j is component i of
+  // acc_smem[k][j][q][t] (consecutive threads, consecutive float4s: no bank conflicts).
+  constexpr int Q = (N + 3) / 4;  // float4s per chunk
+  __shared__ float4 acc_smem[kSmemAcc ? K * kVecs * Q * kThreads : 1];
+  const auto acc_slot = [&](int k, int j, int q) -> float4& {
+    return acc_smem[((k * kVecs + j) * Q + q) * kThreads + t];
+  };
+  float dw[kSmemAcc ? 1 : kVecs][N];
+  float db[kSmemAcc ? 1 : kVecs][N];
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
+    if constexpr (kSmemAcc) {
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-      dw[j][e] = 0.0f;
-      db[j][e] = 0.0f;
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int q = 0; q < Q; ++q)
+          acc_slot(k, j, q) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        dw[j][e] = 0.0f;
+        db[j][e] = 0.0f;
+      }
     }
   }
   split_begin<kSplit>();
@@ -380,13 +418,52 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
       float v[N];
+      float aw[N], ab[N];
+      if constexpr (kSmemAcc) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+#pragma unroll
+          for (int q = 0; q < Q; ++q) {
+            const float4 f = acc_slot(k, j, q);
+            float* dst = k == 0 ? aw : ab;
+            dst[4 * q] = f.x;
+            if (4 * q + 1 < N) dst[4 * q + 1] = f.y;
+            if (4 * q + 2 < N) dst[4 * q + 2] = f.z;
+            if (4 * q + 3 < N) dst[4 * q + 3] = f.w;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          aw[e] = dw[j][e];
+          ab[e] = db[j][e];
+        }
+      }
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float d = tdy.get(j, e);
         const float xh = (tx.get(j, e) - mean) * rstd;
-        dw[j][e] = fmaf(d, xh, dw[j][e]);
-        if constexpr (kLayer) db[j][e] += d;
+        aw[e] = fmaf(d, xh, aw[e]);
+        if constexpr (kLayer) ab[e] += d;
         v[e] = rstd * (__fmul_rn(d, tw.get(j, e)) - mean_g - xh * mean_gx);
+      }
+      if constexpr (kSmemAcc) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+#pragma unroll
+          for (int q = 0; q < Q; ++q) {
+            const float* src = k == 0 ? aw : ab;
+            acc_slot(k, j, q) = make_float4(src[4 * q], 4 * q + 1 < N ? src[4 * q + 1] : 0.0f,
+                                            4 * q + 2 < N ? src[4 * q + 2] : 0.0f,
+                                            4 * q + 3 < N ? src[4 * q + 3] : 0.0f);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          dw[j][e] = aw[e];
+          db[j][e] = ab[e];
+        }
       }
       tx.set(j, v);  // x's chunk j is not read again
     }
@@ -425,12 +502,28 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
   float* partial = a.partials + static_cast<int64_t>(walk.group) * a.cols + walk.offset;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
+    if constexpr (kSmemAcc) {
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-      const int c = TileT::col(j, t) + e;
-      if (c < cols) {
-        partial[c] = dw[j][e];
-        if constexpr (kLayer) partial[a.units * a.cols + c] = db[j][e];
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int q = 0; q < Q; ++q) {
+          const float4 f = acc_slot(k, j, q);
+          const float g[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+          for (int e = 4 * q; e < N && e < 4 * q + 4; ++e) {
+            const int c = TileT::col(j, t) + e;
+            if (c < cols) partial[k * a.units * a.cols + c] = g[e - 4 * q];
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const int c = TileT::col(j, t) + e;
+        if (c < cols) {
+          partial[c] = dw[j][e];
+          if constexpr (kLayer) partial[a.units * a.cols + c] = db[j][e];
+        }
       }
     }
   }
@@ -546,7 +639,7 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
     }
     if (kNorm == Norm::kLayer && aligned) {
       bool launched = false;
-      if (Status s = launch_if_pipelined(op, layer_norm_pipelined<T>, kPipeVecs, kPipeThreads, 1,
+      if (Status s = launch_if_pipelined(op, layer_norm_pipelined<T>, kPipeVecs, kPipeThreads, 1, 1,
                                          a.rows, a.cols, dtype, stream, &launched, a);
           !s.ok() || launched)
         return s;

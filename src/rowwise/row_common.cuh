@@ -155,6 +155,35 @@ __device__ __forceinline__ void row_allreduce(float (&v)[K], float* scratch, Op 
 /// The threads of a streamed kernel's row: the whole block, whatever its size.
 inline constexpr int kWholeBlock = 0;
 
+/// Floats of scratch for an alternating block reduction of K values (row_allreduce_alternating).
+template <int K>
+inline constexpr int kAlternatingScratch = 2 * K* kWarp;
+
+/// row_allreduce over the whole block (any blockDim.x, a multiple of 32) with one block barrier
+/// rather than two. `scratch` (kAlternatingScratch<K> floats) holds two sets of slots, and the
+/// block's consecutive reductions use them in turn (`parity` 0, 1, 0, ...): a set is written
+/// again two reductions later, when every thread that read it has passed the barrier of the
+/// reduction in between.
+template <int K, class Op>
+__device__ __forceinline__ void row_allreduce_alternating(float (&v)[K], float* scratch, int parity,
+                                                          Op op) {
+  warp_allreduce(v, op);
+  const int warps = static_cast<int>(blockDim.x) / kWarp;
+  if (warps == 1) return;
+  const int lane = threadIdx.x % kWarp;
+  float* slots = scratch + parity * K * kWarp;
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      slots[k * kWarp + threadIdx.x / kWarp] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    v[k] = lane < warps ? slots[k * kWarp + lane] : Op::kIdentity;
+  warp_allreduce(v, op);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Chunks of N elements at column c of a row: a vector access when all N are inside the row
 // (the row start being 16-byte aligned when N > 1), element by element at the row's end.

@@ -149,6 +149,12 @@ class RowPipeline {
   /// block barrier: every thread has finished reading the stage.
   __device__ void release(int i, int64_t row) {
     __syncthreads();
+    release_synced(i, row);
+  }
+
+  /// release() without its block barrier, for a block that has passed one since its last read of
+  /// the stage (a block reduction's).
+  __device__ void release_synced(int i, int64_t row) {
     if (threadIdx.x == 0) {
       const int64_t next = row + params_.stages * step_;
       if (next < rows_) issue(next, i % params_.stages);
@@ -246,16 +252,17 @@ __device__ __forceinline__ void store_floats(T* p, bool inside, const float (&v)
 
 namespace cudaops::detail::rowwise {
 
-/// Plans `kernel` (plan_pipelined: vecs, max_threads, arrays) and, when a launch shape fits,
-/// launches it with `args` followed by the plan's PipeParams; *launched says whether it did.
+/// Plans `kernel` (plan_pipelined: vecs, max_threads, arrays, blocks_per_sm) and, when a launch
+/// shape fits, launches it with `args` followed by the plan's PipeParams; *launched says whether
+/// it did.
 template <typename... Params, typename... Args>
 Status launch_if_pipelined(const char* op, void (*kernel)(Params...), int vecs, int max_threads,
-                           int arrays, int64_t rows, int64_t cols, DType dtype, cudaStream_t stream,
-                           bool* launched, Args... args) {
+                           int arrays, int blocks_per_sm, int64_t rows, int64_t cols, DType dtype,
+                           cudaStream_t stream, bool* launched, Args... args) {
   *launched = false;
   PipeLaunch plan;
   if (Status s = plan_pipelined(op, reinterpret_cast<const void*>(kernel), vecs, max_threads,
-                                arrays, rows, cols, dtype, &plan);
+                                arrays, blocks_per_sm, rows, cols, dtype, &plan);
       !s.ok() || plan.blocks == 0)
     return s;
   *launched = true;

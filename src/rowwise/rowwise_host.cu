@@ -73,7 +73,8 @@ Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t par
 }
 
 Status plan_pipelined(const char* op, const void* kernel, int vecs, int max_threads, int arrays,
-                      int64_t rows, int64_t cols, DType dtype, PipeLaunch* launch) {
+                      int blocks_per_sm, int64_t rows, int64_t cols, DType dtype,
+                      PipeLaunch* launch) {
   *launch = PipeLaunch();
   if (rows == 0 || cols == 0) return Status();
   const int64_t size = dtype_size(dtype);
@@ -89,8 +90,11 @@ Status plan_pipelined(const char* op, const void* kernel, int vecs, int max_thre
   DeviceLimits limits;
   if (Status s = current_device_limits(op, &limits); !s.ok()) return s;
   const int64_t stage_bytes = int64_t{arrays} * cols * size;
-  const int64_t budget =
-      int64_t{limits.smem_optin} - static_cast<int64_t>(attributes.sharedSizeBytes);
+  // An SM's shared memory is the opt-in limit of one block plus the 1 KiB the system reserves
+  // per block; each of blocks_per_sm blocks has its share of it less its own reserve.
+  constexpr int64_t kReserved = 1024;
+  const int64_t share = (int64_t{limits.smem_optin} + kReserved) / blocks_per_sm - kReserved;
+  const int64_t budget = share - static_cast<int64_t>(attributes.sharedSizeBytes);
   const int64_t stages = std::min<int64_t>(kMaxStages, budget / stage_bytes);
   if (stages < 1) return Status();
   PipeLaunch plan;

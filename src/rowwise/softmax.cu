@@ -1,4 +1,7 @@
 // softmax and softmax_backward along the last axis.
+#include <cstring>
+#include <type_traits>
+
 #include "core/dispatch.cuh"
 #include "core/kernel_families.h"
 #include "core/launch.h"
@@ -20,27 +23,75 @@ __device__ __forceinline__ float exp_shifted(float v, float max) {
   return v == kNegInf ? 0.0f : __expf(v - max);
 }
 
-// The softmax of a row held in registers (a Tile or a StagedTile: chunks j < kVecs of N elements)
-// into v, reduced over the row's kReduce threads (row_allreduce). exp(x - max) needs no -inf case
-// here: a -inf entry (or fill) of a row with a finite max gives exp(-inf) = 0, and a row whose
-// max is -inf gives NaN outputs either way (0 / 0).
-template <int kReduce, int kVecs, int N, class TileT>
-__device__ __forceinline__ void softmax_of_tile(const TileT& tile, float (&v)[kVecs][N],
-                                                float* scratch) {
-  float max[1] = {kNegInf};
+// The held row's exponentials are taken as 2^((x - max) * log2(e) + 24) = exp(x - max) * 2^24:
+// the approximate 2^x that flushes results below 2^-126 to zero needs no instructions of its own
+// to handle them (__expf spends three per element on it), and the shift keeps every result
+// that matters normal. The 2^24 is common to a row's terms and cancels in their quotient; the
+// products of the last step (exp * 2^24 times 1 / sum, at most 2^-24) come out as float32
+// subnormals where they are that small.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kExpShift = 24.0f;
+
+__device__ __forceinline__ float exp2_flushed(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// exp(x - max) * 2^24.
+__device__ __forceinline__ float exp_scaled(float x, float max) {
+  return exp2_flushed(fmaf(x - max, kLog2e, kExpShift));
+}
+
+// The largest element of a held row's chunks (fill included), two 16-bit elements at a time
+// where the architecture has the paired instruction. NaN elements are passed over, as fmaxf
+// does (they reach the outputs through their exponentials).
+template <typename T, int kVecs>
+__device__ __forceinline__ float chunks_max(const uint4 (&raw)[kVecs]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (sizeof(T) == 2) {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    const auto pair = [](uint32_t word) {
+      T2 p;
+      memcpy(&p, &word, sizeof(p));
+      return p;
+    };
+    T2 m = pair(raw[0].x);
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      if (j > 0) m = __hmax2(m, pair(raw[j].x));
+      m = __hmax2(m, pair(raw[j].y));
+      m = __hmax2(m, pair(raw[j].z));
+      m = __hmax2(m, pair(raw[j].w));
+    }
+    return fmaxf(__low2float(m), __high2float(m));
+  }
+#endif
+  float m = kNegInf;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
 #pragma unroll
-    for (int e = 0; e < N; ++e)
-      max[0] = fmaxf(max[0], tile.get(j, e));
+    for (int e = 0; e < kVec16<T>; ++e)
+      m = fmaxf(m, word_element<T>(raw[j], e));
   }
+  return m;
+}
+
+// The softmax of a row held in registers (a Tile: chunks j < kVecs of N elements) into v,
+// reduced over the row's kReduce threads (row_allreduce). A -inf entry (or fill) of a row with a
+// finite max gives exp(-inf) = 0, and a row whose max is -inf gives NaN outputs (-inf - -inf),
+// as the reference does (0 / 0).
+template <typename T, int kReduce, int kVecs, int N, class TileT>
+__device__ __forceinline__ void softmax_of_tile(const TileT& tile, float (&v)[kVecs][N],
+                                                float* scratch) {
+  float max[1] = {chunks_max<T>(tile.raw)};
   row_allreduce<kReduce>(max, scratch, MaxOp{});
   float sum[1] = {0.0f};
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
 #pragma unroll
     for (int e = 0; e < N; ++e) {
-      v[j][e] = __expf(tile.get(j, e) - max[0]);
+      v[j][e] = exp_scaled(tile.get(j, e), max[0]);
       sum[0] += v[j][e];
     }
   }
@@ -65,7 +116,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     Tile<T, kThreads, kVecs, N> tile;
     tile.load(x + row * x_stride, cols, t, from_float<T>(kNegInf));
     float v[kVecs][N];
-    softmax_of_tile<kThreads>(tile, v, scratch);
+    softmax_of_tile<T, kThreads>(tile, v, scratch);
     store_tile<T, kThreads, kVecs, N>(y + row * y_stride, cols, t, v);
   }
 }
@@ -117,32 +168,54 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-// Rows brought in by the pipeline (row_pipeline.cuh), then softmax_cached's passes over registers.
+// Rows brought in by the pipeline (row_pipeline.cuh), then held in registers as by
+// softmax_cached; with kPipeSoftmaxBlocks blocks per SM, each exponential is taken twice (for the
+// sum, then for the output) rather than held. Each of the block's reductions takes one block
+// barrier (alternating scratch), and the first one also tells thread 0 that every thread has
+// its row out of the stage, which then goes back to the pipeline.
 template <typename T>
-__global__ void __launch_bounds__(kPipeThreads)
+__global__ void __launch_bounds__(kPipeSoftmaxThreads, kPipeSoftmaxBlocks)
     softmax_pipelined(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows, int cols,
                       PipeParams params) {
   constexpr int N = kVec16<T>;
-  constexpr int kVecs = kPipeVecs;
+  constexpr int kVecs = kPipeSoftmaxVecs;
   extern __shared__ float4 dynamic_smem[];
   __shared__ uint64_t bars[kMaxStages];
-  __shared__ float scratch[kWarp];
+  __shared__ float scratch[kAlternatingScratch<1>];
   RowPipeline<T, 1> pipe(reinterpret_cast<T*>(dynamic_smem), bars, params, {{x}, {x_stride}}, cols,
                          rows);
   pipe.start();
   int i = 0;
+  int parity = 0;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x, ++i) {
     StagedTile<T, kVecs> tile;
     pipe.wait(i);
     tile.load(pipe.stage(i, 0), cols, from_float<T>(kNegInf));
-    pipe.release(i, row);
-    float v[kVecs][N];
-    softmax_of_tile<kWholeBlock>(tile, v, scratch);
+    float max[1] = {chunks_max<T>(tile.raw)};
+    row_allreduce_alternating(max, scratch, parity, MaxOp{});
+    parity ^= 1;
+    pipe.release_synced(i, row);
+    tile.pin();  // the floats of one pass are not kept for the next
+    float sum[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        sum[0] += exp_scaled(tile.get(j, e), max[0]);
+    }
+    row_allreduce_alternating(sum, scratch, parity, SumOp{});
+    parity ^= 1;
+    tile.pin();
+    const float inv = 1.0f / sum[0];
     T* out = y + row * y_stride;
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
+      float v[N];
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        v[e] = exp_scaled(tile.get(j, e), max[0]) * inv;
       const int c = StagedTile<T, kVecs>::col(j);
-      store_floats<T>(out + c, c < cols, v[j]);
+      store_floats<T>(out + c, c < cols, v);
     }
   }
 }
@@ -300,9 +373,10 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
     }
     if (aligned) {
       bool launched = false;
-      if (Status s = launch_if_pipelined(kOp, softmax_pipelined<T>, kPipeVecs, kPipeThreads, 1,
-                                         rows, cols, dtype, stream, &launched, in, x.row_stride,
-                                         out, y.row_stride, rows, static_cast<int>(cols));
+      if (Status s =
+              launch_if_pipelined(kOp, softmax_pipelined<T>, kPipeSoftmaxVecs, kPipeSoftmaxThreads,
+                                  1, kPipeSoftmaxBlocks, rows, cols, dtype, stream, &launched, in,
+                                  x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
           !s.ok() || launched)
         return s;
     }
@@ -354,7 +428,7 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
     if (aligned) {
       bool launched = false;
       if (Status s = launch_if_pipelined(kOp, softmax_backward_pipelined<T>, kPipeBackwardVecs,
-                                         kPipeBackwardThreads, 2, rows, cols, dtype, stream,
+                                         kPipeBackwardThreads, 2, 1, rows, cols, dtype, stream,
                                          &launched, py, y.row_stride, pdy, dy.row_stride, pdx,
                                          dx.row_stride, rows, static_cast<int>(cols));
           !s.ok() || launched)
