@@ -1,12 +1,13 @@
 #pragma once
 
 // The pipelined shape of the row-wise kernels (sm_90 and newer), for rows too long for the cached
-// kernels: a persistent grid of one block per SM, each block walking its rows with the next ones
-// already on their way. Each block owns `stages` buffers of shared memory; one thread asks the
-// copy engine for a row (one asynchronous bulk copy per input array, completing on the stage's
-// mbarrier). The block waits for its row, moves it into registers (a StagedTile: kVecs 16-byte
-// vectors per thread, as the cached kernels hold a row) and hands the stage back at once, so the
-// copy of a later row is under way while the block reduces and writes this one. Loads therefore
+// kernels: a persistent grid of one block per SM (two for softmax), each block walking its rows
+// with the next ones already on their way. Each block owns `stages` buffers of shared memory; one
+// thread asks the copy engine for a row (one asynchronous bulk copy per input array, completing on
+// the stage's mbarrier). The block waits for its row, moves it into registers (a StagedTile: kVecs
+// 16-byte vectors per thread, as the cached kernels hold a row) and hands the stage back at once
+// (or at its first reduction's barrier), so the copy of a later row is under way while the block
+// reduces and writes this one. Loads therefore
 // never wait for the reductions, and even a single stage (two arrays of a 32768-wide bf16 row)
 // keeps a row in flight per SM. Rows are whole 16-byte vectors (cols a multiple of the vector,
 // every row 16-byte aligned); other rows go to the streamed kernels.

@@ -96,8 +96,8 @@ Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t par
 
 /// The most rows in flight per block.
 inline constexpr int kMaxStages = 4;
-/// The pipelined forward kernels' blocks: up to 1024 threads of 4 16-byte vectors each (32768
-/// 16-bit or 16384 float32 columns).
+/// layer_norm's pipelined blocks: up to 1024 threads of 4 16-byte vectors each (32768 16-bit or
+/// 16384 float32 columns).
 inline constexpr int kPipeThreads = 1024;
 inline constexpr int kPipeVecs = 4;
 /// softmax's: two blocks per SM of 512 threads of 8 vectors, which take each exponential twice
