@@ -125,6 +125,24 @@ __device__ __forceinline__ void cluster_allreduce(float (&v)[K], Op op) {
 #endif
 }
 
+/// The block-wide step of a reduction whose warps have each reduced their values (every lane
+/// holding its warp's): lane 0 of each of the `warps` warps writes them to `slots` (K * 32 floats
+/// of shared memory), and after a block barrier every warp reduces the slots.
+template <int K, class Op>
+__device__ __forceinline__ void combine_warps(float (&v)[K], float* slots, int warps, Op op) {
+  const int lane = threadIdx.x % kWarp;
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      slots[k * kWarp + threadIdx.x / kWarp] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    v[k] = lane < warps ? slots[k * kWarp + lane] : Op::kIdentity;
+  warp_allreduce(v, op);
+}
+
 /// All-reduce over the threads that share a row: kThreads == 32 is one warp; more is the whole
 /// block (one row per block); 0 is the whole block of any blockDim.x (a multiple of 32), as the
 /// streamed kernels launch. Goes through `scratch` (K * 32 floats of shared memory). kSplit: then
@@ -135,18 +153,7 @@ __device__ __forceinline__ void row_allreduce(float (&v)[K], float* scratch, Op 
   if constexpr (kThreads != kWarp) {
     const int warps = kThreads > 0 ? kThreads / kWarp : static_cast<int>(blockDim.x) / kWarp;
     if (warps == 1) return;
-    const int lane = threadIdx.x % kWarp;
-    const int warp = threadIdx.x / kWarp;
-    if (lane == 0) {
-#pragma unroll
-      for (int k = 0; k < K; ++k)
-        scratch[k * kWarp + warp] = v[k];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      v[k] = lane < warps ? scratch[k * kWarp + lane] : Op::kIdentity;
-    warp_allreduce(v, op);
+    combine_warps(v, scratch, warps, op);
     __syncthreads();  // scratch may be reused at once
   }
   if constexpr (kSplit) cluster_allreduce(v, op);
@@ -170,18 +177,7 @@ __device__ __forceinline__ void row_allreduce_alternating(float (&v)[K], float* 
   warp_allreduce(v, op);
   const int warps = static_cast<int>(blockDim.x) / kWarp;
   if (warps == 1) return;
-  const int lane = threadIdx.x % kWarp;
-  float* slots = scratch + parity * K * kWarp;
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      slots[k * kWarp + threadIdx.x / kWarp] = v[k];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-    v[k] = lane < warps ? slots[k * kWarp + lane] : Op::kIdentity;
-  warp_allreduce(v, op);
+  combine_warps(v, scratch + parity * K * kWarp, warps, op);
 }
 
 // ---------------------------------------------------------------------------------------------
