@@ -336,87 +336,6 @@ template <bool kLayer, bool kSplit>
 inline constexpr bool kSharedAccumulators = kLayer&& kSplit;
 constexpr int kSplitLayerBlocks = 5;
 
-// A thread's parameter-gradient accumulators, K for each element of its kVecs chunks of N: in
-// registers, or (kShared) in slots of its own in shared memory, laid out float4
-// [K][kVecs][N / 4][kThreads] (consecutive threads, consecutive float4s: no bank conflicts).
-// get(j, a) and put(j, a) move chunk j's accumulators to and from a.
-template <int K, int kVecs, int N, int kThreads, bool kShared>
-struct GradAccumulators {
-  float acc[K][kVecs][N];
-
-  __device__ __forceinline__ explicit GradAccumulators(int /*thread*/) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-        for (int e = 0; e < N; ++e)
-          acc[k][j][e] = 0.0f;
-      }
-    }
-  }
-  __device__ __forceinline__ void get(int j, float (&a)[K][N]) const {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int e = 0; e < N; ++e)
-        a[k][e] = acc[k][j][e];
-    }
-  }
-  __device__ __forceinline__ void put(int j, const float (&a)[K][N]) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int e = 0; e < N; ++e)
-        acc[k][j][e] = a[k][e];
-    }
-  }
-};
-
-template <int K, int kVecs, int N, int kThreads>
-struct GradAccumulators<K, kVecs, N, kThreads, true> {
-  static_assert(N % 4 == 0, "chunks of whole float4s");
-  static constexpr int Q = N / 4;
-  int t;  // the thread's index in the row
-
-  __device__ __forceinline__ explicit GradAccumulators(int thread) : t(thread) {
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-#pragma unroll
-        for (int q = 0; q < Q; ++q)
-          slot(k, j, q) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-    }
-  }
-  __device__ __forceinline__ float4& slot(int k, int j, int q) const {
-    __shared__ float4 slots[K * kVecs * Q * kThreads];
-    return slots[((k * kVecs + j) * Q + q) * kThreads + t];
-  }
-  __device__ __forceinline__ void get(int j, float (&a)[K][N]) const {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int q = 0; q < Q; ++q) {
-        const float4 f = slot(k, j, q);
-        a[k][4 * q] = f.x;
-        a[k][4 * q + 1] = f.y;
-        a[k][4 * q + 2] = f.z;
-        a[k][4 * q + 3] = f.w;
-      }
-    }
-  }
-  __device__ __forceinline__ void put(int j, const float (&a)[K][N]) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-      for (int q = 0; q < Q; ++q)
-        slot(k, j, q) = make_float4(a[k][4 * q], a[k][4 * q + 1], a[k][4 * q + 2], a[k][4 * q + 3]);
-    }
-  }
-};
-
 // kSplit: the blocks of a cluster share each row (row_walk); a cluster is then one unit.
 template <bool kLayer, typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>,
@@ -433,7 +352,32 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
   const int cols = walk.cols;  // of this block's part of the row
   const T* weight = a.weight + walk.offset;
   const T zero = from_float<T>(0.0f);
-  GradAccumulators<K, kVecs, N, kThreads, kSmemAcc> acc(t);
+  // kSmemAcc: accumulator k of element 4 * q + i of the thread's chunk j is component i of
+  // acc_smem[k][j][q][t] (consecutive threads, consecutive float4s: no bank conflicts).
+  constexpr int Q = (N + 3) / 4;  // float4s per chunk
+  __shared__ float4 acc_smem[kSmemAcc ? K * kVecs * Q * kThreads : 1];
+  const auto acc_slot = [&](int k, int j, int q) -> float4& {
+    return acc_smem[((k * kVecs + j) * Q + q) * kThreads + t];
+  };
+  float dw[kSmemAcc ? 1 : kVecs][N];
+  float db[kSmemAcc ? 1 : kVecs][N];
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    if constexpr (kSmemAcc) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int q = 0; q < Q; ++q)
+          acc_slot(k, j, q) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        dw[j][e] = 0.0f;
+        db[j][e] = 0.0f;
+      }
+    }
+  }
   split_begin<kSplit>();
   for (int64_t row = walk.first; row < a.rows; row += walk.step) {
     TileT tdy, tx;
@@ -474,17 +418,53 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
       float v[N];
-      float g[K][N];
-      acc.get(j, g);
+      float aw[N], ab[N];
+      if constexpr (kSmemAcc) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+#pragma unroll
+          for (int q = 0; q < Q; ++q) {
+            const float4 f = acc_slot(k, j, q);
+            float* dst = k == 0 ? aw : ab;
+            dst[4 * q] = f.x;
+            if (4 * q + 1 < N) dst[4 * q + 1] = f.y;
+            if (4 * q + 2 < N) dst[4 * q + 2] = f.z;
+            if (4 * q + 3 < N) dst[4 * q + 3] = f.w;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          aw[e] = dw[j][e];
+          ab[e] = db[j][e];
+        }
+      }
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const float d = tdy.get(j, e);
         const float xh = (tx.get(j, e) - mean) * rstd;
-        g[0][e] = fmaf(d, xh, g[0][e]);
-        if constexpr (kLayer) g[K - 1][e] += d;
+        aw[e] = fmaf(d, xh, aw[e]);
+        if constexpr (kLayer) ab[e] += d;
         v[e] = rstd * (__fmul_rn(d, tw.get(j, e)) - mean_g - xh * mean_gx);
       }
-      acc.put(j, g);
+      if constexpr (kSmemAcc) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+#pragma unroll
+          for (int q = 0; q < Q; ++q) {
+            const float* src = k == 0 ? aw : ab;
+            acc_slot(k, j, q) = make_float4(src[4 * q], 4 * q + 1 < N ? src[4 * q + 1] : 0.0f,
+                                            4 * q + 2 < N ? src[4 * q + 2] : 0.0f,
+                                            4 * q + 3 < N ? src[4 * q + 3] : 0.0f);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          dw[j][e] = aw[e];
+          db[j][e] = ab[e];
+        }
+      }
       tx.set(j, v);  // x's chunk j is not read again
     }
     tx.store(dxr, cols, t);
@@ -497,13 +477,11 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
     if (sub > 0) {
 #pragma unroll
       for (int j = 0; j < kVecs; ++j) {
-        float g[K][N];
-        acc.get(j, g);
 #pragma unroll
         for (int e = 0; e < N; ++e) {
-#pragma unroll
-          for (int k = 0; k < K; ++k)
-            others[k][sub - 1][TileT::col(j, t) + e] = g[k][e];
+          const int c = TileT::col(j, t) + e;
+          others[0][sub - 1][c] = dw[j][e];
+          if constexpr (kLayer) others[K - 1][sub - 1][c] = db[j][e];
         }
       }
     }
@@ -511,32 +489,41 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
     if (sub > 0) return;
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
-      float g[K][N];
-      acc.get(j, g);
 #pragma unroll
       for (int e = 0; e < N; ++e) {
         const int c = TileT::col(j, t) + e;
         for (int w = 0; w < kRows - 1; ++w) {
-#pragma unroll
-          for (int k = 0; k < K; ++k)
-            g[k][e] += others[k][w][c];
+          dw[j][e] += others[0][w][c];
+          if constexpr (kLayer) db[j][e] += others[K - 1][w][c];
         }
       }
-      acc.put(j, g);
     }
   }
   float* partial = a.partials + static_cast<int64_t>(walk.group) * a.cols + walk.offset;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
-    float g[K][N];
-    acc.get(j, g);
+    if constexpr (kSmemAcc) {
 #pragma unroll
-    for (int e = 0; e < N; ++e) {
-      const int c = TileT::col(j, t) + e;
-      if (c < cols) {
+      for (int k = 0; k < K; ++k) {
 #pragma unroll
-        for (int k = 0; k < K; ++k)
-          partial[k * a.units * a.cols + c] = g[k][e];
+        for (int q = 0; q < Q; ++q) {
+          const float4 f = acc_slot(k, j, q);
+          const float g[4] = {f.x, f.y, f.z, f.w};
+#pragma unroll
+          for (int e = 4 * q; e < N && e < 4 * q + 4; ++e) {
+            const int c = TileT::col(j, t) + e;
+            if (c < cols) partial[k * a.units * a.cols + c] = g[e - 4 * q];
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const int c = TileT::col(j, t) + e;
+        if (c < cols) {
+          partial[c] = dw[j][e];
+          if constexpr (kLayer) partial[a.units * a.cols + c] = db[j][e];
+        }
       }
     }
   }
