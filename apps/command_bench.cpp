@@ -24,6 +24,7 @@ struct BenchOptions {
   bool check = false;
   bool markdown = false;
   bool progress = true;
+  bool matched_copy = false;
   std::string svg;
   TimingOptions timing;
 };
@@ -99,18 +100,21 @@ Status write_svg(const std::string& path, const std::vector<CaseReport>& reports
   return Status();
 }
 
-void print_row(const CaseReport& r, bool markdown) {
+void print_row(const CaseReport& r, bool markdown, bool matched) {
   const std::string check = !r.checked ? "-" : (r.check.ok() ? "ok" : "FAILED");
+  char extra[32] = "";
   if (markdown) {
-    std::printf("| %s | %s | %s | %lld | %.2f | %.1f | %.1f%% | %s |\n", r.op.c_str(),
+    if (matched) std::snprintf(extra, sizeof(extra), " %.1f%% |", r.pct_of_matched_copy);
+    std::printf("| %s | %s | %s | %lld | %.2f | %.1f | %.1f%% |%s %s |\n", r.op.c_str(),
                 dtype_name(r.dtype), harness::format_dims(r.dims).c_str(),
                 static_cast<long long>(r.offset), r.timing.median_ms * 1e3, r.gbps, r.pct_of_copy,
-                check.c_str());
+                extra, check.c_str());
   } else {
-    std::printf("%-12s %-9s %-28s %6lld %12.2f %10.1f %8.1f%% %7s\n", r.op.c_str(),
+    if (matched) std::snprintf(extra, sizeof(extra), " %8.1f%%", r.pct_of_matched_copy);
+    std::printf("%-12s %-9s %-28s %6lld %12.2f %10.1f %8.1f%%%s %7s\n", r.op.c_str(),
                 dtype_name(r.dtype), harness::format_dims(r.dims).c_str(),
                 static_cast<long long>(r.offset), r.timing.median_ms * 1e3, r.gbps, r.pct_of_copy,
-                check.c_str());
+                extra, check.c_str());
   }
   std::fflush(stdout);
 }
@@ -158,15 +162,19 @@ int execute(BenchOptions& options) {
     w.key("time_us").value(copy_timing.median_ms * 1e3).key("gbps").value(copy_gbps).end_object();
     w.key("results").begin_array();
   } else if (options.markdown) {
-    std::printf("| op | dtype | shape | offset | time (us) | GB/s | of copy | check |\n");
-    std::printf("|---|---|---|---:|---:|---:|---:|---|\n");
-    std::printf("| copy (D2D) | - | bytes=%lld | 0 | %.2f | %.1f | 100.0%% | - |\n",
-                static_cast<long long>(2 * copy_bytes), copy_timing.median_ms * 1e3, copy_gbps);
+    const bool m = options.matched_copy;
+    std::printf("| op | dtype | shape | offset | time (us) | GB/s | of copy |%s check |\n",
+                m ? " of same-size copy |" : "");
+    std::printf("|---|---|---|---:|---:|---:|---:|%s---|\n", m ? "---:|" : "");
+    std::printf("| copy (D2D) | - | bytes=%lld | 0 | %.2f | %.1f | 100.0%% |%s - |\n",
+                static_cast<long long>(2 * copy_bytes), copy_timing.median_ms * 1e3, copy_gbps,
+                m ? " - |" : "");
   } else {
     std::printf("device-to-device copy: %.1f GB/s (%lld bytes read + written, median %.2f us)\n\n",
                 copy_gbps, static_cast<long long>(2 * copy_bytes), copy_timing.median_ms * 1e3);
-    std::printf("%-12s %-9s %-28s %6s %12s %10s %9s %7s\n", "op", "dtype", "shape", "offset",
-                "time (us)", "GB/s", "of copy", "check");
+    std::printf("%-12s %-9s %-28s %6s %12s %10s %9s%s %7s\n", "op", "dtype", "shape", "offset",
+                "time (us)", "GB/s", "of copy", options.matched_copy ? "   same-size" : "",
+                "check");
   }
 
   struct Planned {
@@ -199,6 +207,14 @@ int execute(BenchOptions& options) {
     CaseReport report;
     status = measure_case(*p.op, p.config, options.timing, options.check, copy_gbps, stream.get(),
                           &report);
+    if (status.ok() && options.matched_copy) {
+      // A copy moving the case's bytes (half read, half written), timed the same way.
+      status = harness::measure_copy_bandwidth(std::max<int64_t>(report.bytes / 2, 1),
+                                               options.timing.warmup, options.timing.iters,
+                                               &report.matched_copy_gbps);
+      report.pct_of_matched_copy =
+          report.matched_copy_gbps > 0 ? 100.0 * report.gbps / report.matched_copy_gbps : 0.0;
+    }
     progress.clear();
     if (!status.ok()) {
       return report_failure(status,
@@ -208,7 +224,7 @@ int execute(BenchOptions& options) {
     if (options.timing.json) {
       write_report_json(w, report);
     } else {
-      print_row(report, options.markdown);
+      print_row(report, options.markdown, options.matched_copy);
     }
     reports.push_back(report);
   }
@@ -243,6 +259,8 @@ Command add_bench_command(CLI::App& app) {
   parser->add_flag("--all-sizes", options->all_sizes, "the whole size sweep of each op");
   parser->add_flag("--check", options->check, "also check every case against the reference");
   parser->add_flag("--markdown", options->markdown, "print the table as Markdown");
+  parser->add_flag("--matched-copy", options->matched_copy,
+                   "also time a copy moving each case's bytes and report the case against it");
   parser->add_option("--svg", options->svg,
                      "also write a bar chart of each case's bandwidth against the copy "
                      "bandwidth to this SVG file");

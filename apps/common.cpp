@@ -157,6 +157,10 @@ void write_report_json(harness::JsonWriter& w, const CaseReport& report) {
   w.end_object();
   w.key("gbps").value(report.gbps).key("copy_gbps").value(report.copy_gbps);
   w.key("pct_of_copy").value(report.pct_of_copy);
+  if (report.matched_copy_gbps > 0) {
+    w.key("matched_copy_gbps").value(report.matched_copy_gbps);
+    w.key("pct_of_matched_copy").value(report.pct_of_matched_copy);
+  }
   w.key("check");
   if (report.checked) {
     w.begin_object()

@@ -68,6 +68,8 @@ struct CaseReport {
   double gbps = 0.0;
   double copy_gbps = 0.0;
   double pct_of_copy = 0.0;
+  double matched_copy_gbps = 0.0;  ///< a copy moving the case's bytes; 0 when not measured
+  double pct_of_matched_copy = 0.0;
   bool checked = false;
   ref::CompareResult check;
 };
