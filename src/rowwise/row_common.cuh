@@ -256,6 +256,43 @@ __device__ __forceinline__ float word_element(const uint4& words, int e) {
   }
 }
 
+/// A chunk of N elements as loaded: four 32-bit words for a 16-byte vector (a vector of 16-bit
+/// elements would take one register per element), else the elements.
+template <typename T, int N>
+using RawChunk = std::conditional_t<sizeof(T) * N == 16, uint4, Vec<T, N>>;
+
+/// load_chunk in two steps, so that several chunks' loads are in flight before any is used: the
+/// chunk as stored (fill past cols), then as floats.
+template <typename T, int N>
+__device__ __forceinline__ RawChunk<T, N> load_raw(const T* row, int64_t c, int64_t cols, T fill) {
+  Vec<T, N> raw;
+  if (c + N <= cols) {
+    raw = load_vec<T, N>(row + c);
+  } else {
+#pragma unroll
+    for (int e = 0; e < N; ++e)
+      raw.v[e] = c + e < cols ? row[c + e] : fill;
+  }
+  if constexpr (sizeof(T) * N == 16) {
+    uint4 words;
+    memcpy(&words, &raw, sizeof(words));
+    return words;
+  } else {
+    return raw;
+  }
+}
+template <typename T, int N>
+__device__ __forceinline__ void raw_floats(const RawChunk<T, N>& raw, float (&v)[N]) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    if constexpr (sizeof(T) * N == 16) {
+      v[e] = word_element<T>(raw, e);
+    } else {
+      v[e] = to_float(raw.v[e]);
+    }
+  }
+}
+
 /// The bits of T: 16 or 32 of them.
 template <typename T>
 __device__ __forceinline__ uint32_t element_bits(T x) {
