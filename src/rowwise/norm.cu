@@ -210,8 +210,9 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
         RawChunk<T, N> rx[kU];
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
-          const T* from = kNorm == Norm::kLayer && cached ? cache : in;
-          rx[u] = load_raw<T, N>(from, c0 + u * step, cols, zero);
+          rx[u] = kNorm == Norm::kLayer
+                      ? reload_raw<T, N>(in, cache, cached, c0 + u * step, cols, zero)
+                      : load_raw<T, N>(in, c0 + u * step, cols, zero);
         }
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
@@ -234,14 +235,13 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
       if (a.rstd != nullptr) a.rstd[row] = rstd;
     }
     T* out = a.y + row * a.y_stride;
-    const T* from = cached ? cache : in;
     // The layer norm's x, weight and bias of four chunks at a time would spill.
     constexpr int kO = kNorm == Norm::kLayer && kU > 2 ? 2 : kU;
     for (int64_t c0 = first; c0 < cols; c0 += kO * step) {
       RawChunk<T, N> rx[kO], rw[kO], rb[kO];
 #pragma unroll
       for (int u = 0; u < kO; ++u) {
-        rx[u] = load_raw<T, N>(from, c0 + u * step, cols, zero);
+        rx[u] = reload_raw<T, N>(in, cache, cached, c0 + u * step, cols, zero);
         rw[u] = load_raw<T, N>(a.weight, c0 + u * step, cols, zero);
         if constexpr (kNorm == Norm::kLayer)
           rb[u] = load_raw<T, N>(a.bias, c0 + u * step, cols, zero);

@@ -281,6 +281,14 @@ __device__ __forceinline__ RawChunk<T, N> load_raw(const T* row, int64_t c, int6
     return raw;
   }
 }
+/// load_raw from the row's copy in shared memory when `cached`, else from global memory (two
+/// loads in two branches: a pointer chosen between the two would be read with generic loads).
+template <typename T, int N>
+__device__ __forceinline__ RawChunk<T, N> reload_raw(const T* global_row, const T* cached_row,
+                                                     bool cached, int64_t c, int64_t cols, T fill) {
+  if (cached) return load_raw<T, N>(cached_row, c, cols, fill);
+  return load_raw<T, N>(global_row, c, cols, fill);
+}
 template <typename T, int N>
 __device__ __forceinline__ void raw_floats(const RawChunk<T, N>& raw, float (&v)[N]) {
 #pragma unroll
