@@ -271,10 +271,6 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
 
 // layer_norm's rows brought in by the pipeline (row_pipeline.cuh), then the passes of
 // norm_cached over registers; the weight is held in registers across the rows, the bias read per
-// row. (rms_norm and fused_add_rms_norm measured slower this way than streamed, see
-// bench/RESULTS.md, so they keep norm_streamed.)
-// layer_norm's rows brought in by the pipeline (row_pipeline.cuh), then the passes of
-// norm_cached over registers; the weight is held in registers across the rows, the bias read per
 // row. Each of the block's reductions takes one block barrier (alternating scratch), and the
 // first one also tells thread 0 that every thread has its row out of the stage, which then goes
 // back to the pipeline. (rms_norm and fused_add_rms_norm measured no faster this way than
