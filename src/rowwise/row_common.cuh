@@ -73,6 +73,8 @@ struct RowWalk {
   int offset;     ///< first column of the block's part
   int cols;       ///< columns in the part (the whole row when rows are not split)
   int group;      ///< the block's index among the blocks (or clusters) of the grid
+  int rank = 0;   ///< the block's part of the row
+  int parts = 1;  ///< blocks sharing each row
 };
 
 /// kSplit: the block is part `rank` of a cluster of blocks sharing each row, holding columns
@@ -491,8 +493,10 @@ __device__ __forceinline__ RowWalk row_walk(int cols, int part_cols) {
     // One-dimensional clusters take consecutive blocks.
     const int group = static_cast<int>(blockIdx.x) / parts;
     const int offset = rank * part_cols;
-    return {group, static_cast<int64_t>(gridDim.x / parts), offset, min(cols - offset, part_cols),
-            group};
+    return {group,  static_cast<int64_t>(gridDim.x / parts),
+            offset, min(cols - offset, part_cols),
+            group,  rank,
+            parts};
   } else {
     constexpr int kRows = kRowsPerBlock<kThreads>;
     return {static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads,

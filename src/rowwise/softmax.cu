@@ -8,6 +8,7 @@
 #include "core/validate.h"
 #include "cudaops/rowwise.h"
 #include "rowwise/row_common.cuh"
+#include "rowwise/row_exchange.cuh"
 #include "rowwise/row_pipeline.cuh"
 #include "rowwise/rowwise_host.h"
 
@@ -77,15 +78,15 @@ __device__ __forceinline__ float chunks_max(const uint4 (&raw)[kVecs]) {
   return m;
 }
 
-// The softmax of a row held in registers (a Tile: chunks j < kVecs of N elements) into v,
-// reduced over the row's kReduce threads (row_allreduce). A -inf entry (or fill) of a row with a
-// finite max gives exp(-inf) = 0, and a row whose max is -inf gives NaN outputs (-inf - -inf),
-// as the reference does (0 / 0).
-template <typename T, int kReduce, int kVecs, int N, class TileT>
+// The softmax of a row held in registers (a Tile: chunks j < kVecs of N elements) into v, with
+// its two row-wide reductions taken by `reduce` (RowReducer). A -inf entry (or fill) of a row
+// with a finite max gives exp(-inf) = 0, and a row whose max is -inf gives NaN outputs
+// (-inf - -inf), as the reference does (0 / 0).
+template <typename T, int kVecs, int N, class TileT, class Reduce>
 __device__ __forceinline__ void softmax_of_tile(const TileT& tile, float (&v)[kVecs][N],
-                                                float* scratch) {
+                                                Reduce& reduce) {
   float max[1] = {chunks_max<T>(tile.raw)};
-  row_allreduce<kReduce>(max, scratch, MaxOp{});
+  reduce(max, MaxOp{});
   float sum[1] = {0.0f};
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
@@ -95,7 +96,7 @@ __device__ __forceinline__ void softmax_of_tile(const TileT& tile, float (&v)[kV
       sum[0] += v[j][e];
     }
   }
-  row_allreduce<kReduce>(sum, scratch, SumOp{});
+  reduce(sum, SumOp{});
   const float inv = 1.0f / sum[0];
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
@@ -105,19 +106,24 @@ __device__ __forceinline__ void softmax_of_tile(const TileT& tile, float (&v)[kV
   }
 }
 
-template <typename T, int kThreads, int kVecs, int N>
+// kSplit: the blocks of a cluster share each row (row_walk), their reductions meeting through
+// RowExchange; otherwise kRowsPerBlock rows per block.
+template <typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     softmax_cached(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows, int cols) {
   __shared__ float scratch[kWarp];
-  constexpr int kRows = kRowsPerBlock<kThreads>;
+  __shared__ RowExchange<2> exchange;
+  using TileT = Tile<T, kThreads, kVecs, N>;
   const int t = threadIdx.x % kThreads;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kRows) {
-    Tile<T, kThreads, kVecs, N> tile;
-    tile.load(x + row * x_stride, cols, t, from_float<T>(kNegInf));
+  const RowWalk walk = row_walk<kThreads, kSplit>(cols, TileT::kCols);
+  RowReducer<kThreads, kSplit, 2> reduce{scratch, &exchange, walk.rank, walk.parts};
+  if constexpr (kSplit) exchange.begin(walk.parts * kThreads / kWarp);
+  for (int64_t row = walk.first; row < rows; row += walk.step, reduce.next_row()) {
+    TileT tile;
+    tile.load(x + row * x_stride + walk.offset, walk.cols, t, from_float<T>(kNegInf));
     float v[kVecs][N];
-    softmax_of_tile<T, kThreads>(tile, v, scratch);
-    store_tile<T, kThreads, kVecs, N>(y + row * y_stride, cols, t, v);
+    softmax_of_tile<T>(tile, v, reduce);
+    store_tile<T, kThreads, kVecs, N>(y + row * y_stride + walk.offset, walk.cols, t, v);
   }
 }
 
@@ -365,7 +371,7 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
       return with_cached_shape<kSoftmaxCachedCount>(config, [&](auto shape) {
         using S = decltype(shape);
         constexpr int kRows = kRowsPerBlock<S::threads>;
-        softmax_cached<T, S::threads, S::vecs, V>
+        softmax_cached<T, S::threads, S::vecs, V, false>
             <<<grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream>>>(
                 in, x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
         return detail::check_launch(kOp, stream);
@@ -373,6 +379,15 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
     }
     if (aligned) {
       bool launched = false;
+      if (Status s = launch_if_split<T>(
+              kOp, rows, cols, &launched,
+              [](auto shape) {
+                using S = decltype(shape);
+                return softmax_cached<T, S::threads, S::vecs, V, true>;
+              },
+              stream, in, x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
+          !s.ok() || launched)
+        return s;
       if (Status s =
               launch_if_pipelined(kOp, softmax_pipelined<T>, kPipeSoftmaxVecs, kPipeSoftmaxThreads,
                                   1, kPipeSoftmaxBlocks, rows, cols, dtype, stream, &launched, in,
