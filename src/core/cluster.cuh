@@ -22,6 +22,14 @@ __device__ __forceinline__ void cluster_arrive() {
 #endif
 }
 
+/// The arrive half of a cluster barrier that orders no memory (for writes ordered by a fence of
+/// their own, such as an mbarrier initialisation's).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void cluster_wait() {
 #if CUDAOPS_HAS_CLUSTERS
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
   const T* bias = kNorm == Norm::kLayer ? a.bias + walk.offset : nullptr;
   const T zero = from_float<T>(0.0f);
   RowReducer<kThreads, kSplit, R> reduce{scratch, &exchange, walk.rank, walk.parts};
-  if constexpr (kSplit) exchange.begin(walk.parts * kThreads / kWarp);
+  if constexpr (kSplit) exchange.begin(walk.parts);
   for (int64_t row = walk.first; row < a.rows; row += walk.step, reduce.next_row()) {
     TileT tile;
     tile.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);

@@ -46,14 +46,6 @@ __device__ __forceinline__ void store_async(uint32_t remote, float v, uint32_t r
 #endif
 }
 
-/// The arrive half of a cluster barrier, without ordering memory (the mbarrier initialisation is
-/// ordered by its own fence).
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-#if CUDAOPS_HAS_CLUSTERS
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-#endif
-}
-
 /// The exchange of R reductions per row, each of one float, in a block of a cluster whose blocks
 /// share each row. The slots and mbarriers come in two sets, used by alternate rows: a peer may
 /// send its values for the next row while this block still reads the current row's; it cannot
@@ -65,8 +57,10 @@ struct RowExchange {
   uint64_t bars[2][R];
 
   /// Every thread, before the first row: initialises the mbarriers, each expecting the values of
-  /// `senders` warps, and arrives on the cluster barrier that the first reduction waits on.
-  __device__ __forceinline__ void begin(int senders) {
+  /// every warp of the `parts` blocks, and arrives on the cluster barrier that the first
+  /// reduction waits on.
+  __device__ __forceinline__ void begin(int parts) {
+    const int senders = static_cast<int>(blockDim.x) / kWarp * parts;
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int b = 0; b < 2; ++b) {

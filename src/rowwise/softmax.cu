@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
   const int t = threadIdx.x % kThreads;
   const RowWalk walk = row_walk<kThreads, kSplit>(cols, TileT::kCols);
   RowReducer<kThreads, kSplit, 2> reduce{scratch, &exchange, walk.rank, walk.parts};
-  if constexpr (kSplit) exchange.begin(walk.parts * kThreads / kWarp);
+  if constexpr (kSplit) exchange.begin(walk.parts);
   for (int64_t row = walk.first; row < rows; row += walk.step, reduce.next_row()) {
     TileT tile;
     tile.load(x + row * x_stride + walk.offset, walk.cols, t, from_float<T>(kNegInf));
