@@ -13,10 +13,10 @@
 // - "pipelined" (softmax, softmax_backward and layer_norm on sm_90 and newer, row_pipeline.cuh):
 //   rows too long for the cached kernels arrive in shared memory by asynchronous bulk copies
 //   issued rows ahead, then are held in registers like the cached shape.
-// - "split" (the norm backward passes, sm_90 and newer): the cached shape, with each row shared
-//   by the blocks of a thread-block cluster, which add their partial sums through distributed
-//   shared memory. It keeps the parameter-gradient accumulators in registers for rows too long
-//   for one block.
+// - "split" (sm_90 and newer, row_exchange.cuh): the cached shape, with each row shared by the
+//   blocks of a thread-block cluster, whose reductions meet through distributed shared memory.
+//   Forward rows of more than kSplitFromBytes, and the norm backward passes on rows too long for
+//   one block (which keep their parameter-gradient accumulators per block).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -60,11 +60,8 @@ __device__ __forceinline__ void warp_allreduce(float (&v)[K], Op op) {
 
 // ---------------------------------------------------------------------------------------------
 // Split rows: on sm_90 and newer the blocks of a thread-block cluster may share a row, each
-// holding one part of it; their partial results meet through distributed shared memory. Every
-// block of a cluster walks the same rows and reduces in the same order, so the cluster barrier
-// phases line up. Each block's reduction slot is guarded by two phases: "written" (all slots
-// are filled before anyone reads) and "read" (nobody overwrites a slot a peer may still read;
-// this phase is only waited for at the next reduction, so it costs no stall in between).
+// holding one part of it (row_walk); their reductions meet through RowExchange
+// (row_exchange.cuh). Every block of a cluster walks the same rows.
 
 /// The rows a thread of a cached-shape kernel walks, and the part of each row its block holds.
 struct RowWalk {
@@ -81,51 +78,6 @@ struct RowWalk {
 /// [rank * part_cols, (rank + 1) * part_cols). Otherwise kRowsPerBlock rows per block.
 template <int kThreads, bool kSplit>
 __device__ __forceinline__ RowWalk row_walk(int cols, int part_cols);
-
-/// Opens and closes the barrier protocol of a split kernel (no-ops without a split): call before
-/// the first row and after the last, in every thread.
-template <bool kSplit>
-__device__ __forceinline__ void split_begin() {
-  if constexpr (kSplit) cluster_arrive();
-}
-template <bool kSplit>
-__device__ __forceinline__ void split_end() {
-  if constexpr (kSplit) cluster_wait();
-}
-
-/// Combines the block-wide values v of the blocks of the cluster, in rank order (the same bits in
-/// every block). Every thread of the block calls it with the same v.
-template <int K, class Op>
-__device__ __forceinline__ void cluster_allreduce(float (&v)[K], Op op) {
-#if CUDAOPS_HAS_CLUSTERS
-  __shared__ float slot[K];
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster_wait();  // the peers have read this block's previous slot (or have all started)
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      slot[k] = v[k];
-  }
-  cluster_arrive();
-  cluster_wait();  // every slot is written
-  const unsigned parts = cluster.num_blocks();
-#pragma unroll
-  for (int k = 0; k < K; ++k)
-    v[k] = Op::kIdentity;
-  for (unsigned r = 0; r < parts; ++r) {
-    const float* peer = cluster.map_shared_rank(slot, r);
-#pragma unroll
-    for (int k = 0; k < K; ++k)
-      v[k] = op(v[k], peer[k]);
-  }
-  cluster_arrive();  // done reading
-#else
-  (void)v;
-  (void)op;
-  __trap();  // split kernels are only launched where they were built for sm_90 or newer
-#endif
-}
 
 /// The block-wide step of a reduction whose warps have each reduced their values (every lane
 /// holding its warp's): lane 0 of each of the `warps` warps writes them to `slots` (K * 32 floats
@@ -147,9 +99,8 @@ __device__ __forceinline__ void combine_warps(float (&v)[K], float* slots, int w
 
 /// All-reduce over the threads that share a row: kThreads == 32 is one warp; more is the whole
 /// block (one row per block); 0 is the whole block of any blockDim.x (a multiple of 32), as the
-/// streamed kernels launch. Goes through `scratch` (K * 32 floats of shared memory). kSplit: then
-/// over the blocks of the cluster sharing the row.
-template <int kThreads, bool kSplit = false, int K, class Op>
+/// streamed kernels launch. Goes through `scratch` (K * 32 floats of shared memory).
+template <int kThreads, int K, class Op>
 __device__ __forceinline__ void row_allreduce(float (&v)[K], float* scratch, Op op) {
   warp_allreduce(v, op);
   if constexpr (kThreads != kWarp) {
@@ -158,7 +109,6 @@ __device__ __forceinline__ void row_allreduce(float (&v)[K], float* scratch, Op 
     combine_warps(v, scratch, warps, op);
     __syncthreads();  // scratch may be reused at once
   }
-  if constexpr (kSplit) cluster_allreduce(v, op);
 }
 
 /// The threads of a streamed kernel's row: the whole block, whatever its size.

@@ -46,14 +46,14 @@ __device__ __forceinline__ void store_async(uint32_t remote, float v, uint32_t r
 #endif
 }
 
-/// The exchange of R reductions per row, each of one float, in a block of a cluster whose blocks
+/// The exchange of R reductions per row, each of W floats, in a block of a cluster whose blocks
 /// share each row. The slots and mbarriers come in two sets, used by alternate rows: a peer may
 /// send its values for the next row while this block still reads the current row's; it cannot
 /// send the row after that before it has had this block's values for the next row, which every
 /// warp sends after reading the current row's.
-template <int R>
+template <int R, int W = 1>
 struct RowExchange {
-  float slots[2][R][kExchangeSlots];
+  float slots[2][R][W][kExchangeSlots];
   uint64_t bars[2][R];
 
   /// Every thread, before the first row: initialises the mbarriers, each expecting the values of
@@ -73,16 +73,16 @@ struct RowExchange {
       for (int b = 0; b < 2; ++b) {
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          mbarrier_arrive_expect(&bars[b][r], senders * sizeof(float));
+          mbarrier_arrive_expect(&bars[b][r], senders * W * sizeof(float));
       }
     }
     cluster_arrive_relaxed();
   }
 
   /// Reduction r of the block's i-th row (i = 0, 1, ...) over the blocks of the cluster: v is
-  /// this thread's value on entry and the row's on return, in every thread of every block.
+  /// this thread's values on entry and the row's on return, in every thread of every block.
   template <class Op>
-  __device__ __forceinline__ void allreduce(int r, int i, float (&v)[1], int rank, int parts,
+  __device__ __forceinline__ void allreduce(int r, int i, float (&v)[W], int rank, int parts,
                                             Op op) {
     warp_allreduce(v, op);
     const int lane = threadIdx.x % kWarp;
@@ -92,35 +92,40 @@ struct RowExchange {
     if (i == 0 && r == 0) cluster_wait();
     if (lane < parts) {
       const int slot = rank * warps + static_cast<int>(threadIdx.x) / kWarp;
-      store_async(peer_address(shared_address(&slots[set][r][slot]), lane), v[0],
-                  peer_address(shared_address(&bars[set][r]), lane));
+      const uint32_t bar = peer_address(shared_address(&bars[set][r]), lane);
+#pragma unroll
+      for (int w = 0; w < W; ++w)
+        store_async(peer_address(shared_address(&slots[set][r][w][slot]), lane), v[w], bar);
     }
     const int senders = warps * parts;
     mbarrier_wait(&bars[set][r], static_cast<uint32_t>((i >> 1) & 1));
-    v[0] = Op::kIdentity;
-    for (int s = lane; s < senders; s += kWarp)
-      v[0] = op(v[0], slots[set][r][s]);
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      v[w] = Op::kIdentity;
+      for (int s = lane; s < senders; s += kWarp)
+        v[w] = op(v[w], slots[set][r][w][s]);
+    }
     warp_allreduce(v, op);
     // Armed again for the row two further on; its values cannot arrive before every warp of
     // this block has sent its values for the next row, so after every warp has read these.
-    if (threadIdx.x == 0) mbarrier_arrive_expect(&bars[set][r], senders * sizeof(float));
+    if (threadIdx.x == 0) mbarrier_arrive_expect(&bars[set][r], senders * W * sizeof(float));
   }
 };
 
-/// The row-wide reductions of a cached-shape kernel: over the row's threads (row_allreduce), or,
-/// split, over the blocks of the cluster too (RowExchange). The k-th call of a row is its
-/// reduction k.
-template <int kThreads, bool kSplit, int R>
+/// The row-wide reductions of a cached-shape kernel, R per row of W floats each: over the row's
+/// threads (row_allreduce, through `scratch` of W * 32 floats), or, split, over the blocks of the
+/// cluster too (RowExchange). The k-th call of a row is its reduction k.
+template <int kThreads, bool kSplit, int R, int W = 1>
 struct RowReducer {
   float* scratch;
-  RowExchange<R>* exchange;
+  RowExchange<R, W>* exchange;
   int rank;
   int parts;
   int i = 0;  // the block's row count so far
   int r = 0;  // reductions so far in this row
 
   template <class Op>
-  __device__ __forceinline__ void operator()(float (&v)[1], Op op) {
+  __device__ __forceinline__ void operator()(float (&v)[W], Op op) {
     if constexpr (kSplit) {
       exchange->allreduce(r++, i, v, rank, parts, op);
     } else {

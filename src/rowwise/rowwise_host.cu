@@ -115,32 +115,79 @@ Status plan_pipelined(const char* op, const void* kernel, int vecs, int max_thre
 
 namespace {
 
-constexpr int kReduceCols = 32;  // columns per block (one warp wide)
-constexpr int kReduceRows = 16;  // partial rows summed in parallel, then added in a fixed tree
-
-template <typename T>
-__global__ void __launch_bounds__(kReduceCols* kReduceRows)
-    reduce_partials_kernel(const float* partials, int64_t units, int64_t cols, T* out0, T* out1) {
-  __shared__ float sums[kReduceRows][kReduceCols + 1];
-  const int tx = threadIdx.x % kReduceCols;
-  const int ty = threadIdx.x / kReduceCols;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kReduceCols + tx;
-  const float* base = partials + static_cast<int64_t>(blockIdx.y) * units * cols;
-  float sum = 0.0f;
-  if (c < cols) {
-    for (int64_t u = ty; u < units; u += kReduceRows)
-      sum += base[u * cols + c];
+template <int V>
+__device__ __forceinline__ void load_partial(const float* p, float (&v)[V]) {
+  if constexpr (V == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    v[0] = f.x;
+    v[1] = f.y;
+    v[2] = f.z;
+    v[3] = f.w;
+  } else {
+    v[0] = *p;
   }
-  sums[ty][tx] = sum;
+}
+
+// A block sums kReduceLanes * V columns: lane x of group y adds units y, y + kReduceGroups, ...
+// (kReduceUnroll loads in flight at once), then the groups' sums meet in a fixed tree.
+constexpr int kReduceLanes = 32;
+constexpr int kReduceGroups = 16;
+constexpr int kReduceUnroll = 4;
+// Columns from which the blocks take vectors of 4 (cols / 128 blocks or more per accumulator).
+constexpr int64_t kReduceVectorFrom = 16384;
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kReduceLanes* kReduceGroups)
+    reduce_partials_kernel(const float* partials, int64_t units, int64_t cols, T* out0, T* out1) {
+  __shared__ float sums[kReduceGroups][V][kReduceLanes + 1];
+  const int lane = threadIdx.x % kReduceLanes;
+  const int group = threadIdx.x / kReduceLanes;
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kReduceLanes + lane) * V;
+  const float* base = partials + static_cast<int64_t>(blockIdx.y) * units * cols + c;
+  float sum[V];
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+    sum[v] = 0.0f;
+  if (c < cols) {
+    int64_t u = group;
+    for (; u + (kReduceUnroll - 1) * kReduceGroups < units; u += kReduceUnroll * kReduceGroups) {
+      float got[kReduceUnroll][V];
+#pragma unroll
+      for (int k = 0; k < kReduceUnroll; ++k)
+        load_partial<V>(base + (u + k * kReduceGroups) * cols, got[k]);
+#pragma unroll
+      for (int k = 0; k < kReduceUnroll; ++k) {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+          sum[v] += got[k][v];
+      }
+    }
+    for (; u < units; u += kReduceGroups) {
+      float got[V];
+      load_partial<V>(base + u * cols, got);
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        sum[v] += got[v];
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+    sums[group][v][lane] = sum[v];
   __syncthreads();
 #pragma unroll
-  for (int half = kReduceRows / 2; half > 0; half /= 2) {
-    if (ty < half) sums[ty][tx] += sums[ty + half][tx];
+  for (int half = kReduceGroups / 2; half > 0; half /= 2) {
+    if (group < half) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        sums[group][v][lane] += sums[group + half][v][lane];
+    }
     __syncthreads();
   }
-  if (ty == 0 && c < cols) {
+  if (group == 0 && c < cols) {
     T* out = blockIdx.y == 0 ? out0 : out1;
-    out[c] = from_float<T>(sums[0][tx]);
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      out[c + v] = from_float<T>(sums[0][v][lane]);
   }
 }
 
@@ -152,17 +199,25 @@ Status launch_reduce_partials(const char* op, const float* partials, int64_t uni
   if (cols == 0) return Status();
   return dispatch_float(op, dtype, [&](auto tag) {
     using T = decltype(tag);
-    const dim3 grid(static_cast<unsigned>((cols + kReduceCols - 1) / kReduceCols),
-                    static_cast<unsigned>(accumulators));
-    reduce_partials_kernel<T><<<grid, kReduceCols * kReduceRows, 0, stream>>>(
-        partials, units, cols, static_cast<T*>(outputs[0]),
-        static_cast<T*>(accumulators > 1 ? outputs[1] : outputs[0]));
-    return check_launch(op, stream);
+    T* out0 = static_cast<T*>(outputs[0]);
+    T* out1 = static_cast<T*>(accumulators > 1 ? outputs[1] : outputs[0]);
+    const auto launch = [&](auto kernel, int v) {
+      const int64_t per_block = int64_t{kReduceLanes} * v;
+      const dim3 grid(static_cast<unsigned>((cols + per_block - 1) / per_block),
+                      static_cast<unsigned>(accumulators));
+      kernel<<<grid, kReduceLanes * kReduceGroups, 0, stream>>>(partials, units, cols, out0, out1);
+      return check_launch(op, stream);
+    };
+    // Vectors of 4 partials where every partial row starts 16-byte aligned, and the columns
+    // leave enough blocks to fill the device.
+    if (cols % 4 == 0 && cols >= kReduceVectorFrom && aligned16(partials))
+      return launch(reduce_partials_kernel<T, 4>, 4);
+    return launch(reduce_partials_kernel<T, 1>, 1);
   });
 }
 
 const void* reduce_family_kernel() {
-  return reinterpret_cast<const void*>(reduce_partials_kernel<float>);
+  return reinterpret_cast<const void*>(reduce_partials_kernel<float, 1>);
 }
 
 }  // namespace cudaops::detail::rowwise
