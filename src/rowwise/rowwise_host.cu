@@ -11,6 +11,7 @@
 #include "core/launch.h"
 #include "core/numeric.cuh"
 #include "core/validate.h"
+#include "core/vector.cuh"
 #include "rowwise/row_common.cuh"
 #include "rowwise/row_pipeline.cuh"
 
@@ -115,19 +116,6 @@ Status plan_pipelined(const char* op, const void* kernel, int vecs, int max_thre
 
 namespace {
 
-template <int V>
-__device__ __forceinline__ void load_partial(const float* p, float (&v)[V]) {
-  if constexpr (V == 4) {
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    v[0] = f.x;
-    v[1] = f.y;
-    v[2] = f.z;
-    v[3] = f.w;
-  } else {
-    v[0] = *p;
-  }
-}
-
 // A block sums kReduceLanes * V columns: lane x of group y adds units y, y + kReduceGroups, ...
 // (kReduceUnroll loads in flight at once), then the groups' sums meet in a fixed tree.
 constexpr int kReduceLanes = 32;
@@ -149,25 +137,26 @@ __global__ void __launch_bounds__(kReduceLanes* kReduceGroups)
   for (int v = 0; v < V; ++v)
     sum[v] = 0.0f;
   if (c < cols) {
+    // kReduceUnroll loads issued before any is added (an unrolled loop of one load and its adds
+    // was compiled to two loads at a time).
     int64_t u = group;
     for (; u + (kReduceUnroll - 1) * kReduceGroups < units; u += kReduceUnroll * kReduceGroups) {
-      float got[kReduceUnroll][V];
+      Vec<float, V> got[kReduceUnroll];
 #pragma unroll
       for (int k = 0; k < kReduceUnroll; ++k)
-        load_partial<V>(base + (u + k * kReduceGroups) * cols, got[k]);
+        got[k] = load_vec<float, V>(base + (u + k * kReduceGroups) * cols);
 #pragma unroll
       for (int k = 0; k < kReduceUnroll; ++k) {
 #pragma unroll
         for (int v = 0; v < V; ++v)
-          sum[v] += got[k][v];
+          sum[v] += got[k].v[v];
       }
     }
     for (; u < units; u += kReduceGroups) {
-      float got[V];
-      load_partial<V>(base + u * cols, got);
+      const Vec<float, V> got = load_vec<float, V>(base + u * cols);
 #pragma unroll
       for (int v = 0; v < V; ++v)
-        sum[v] += got[v];
+        sum[v] += got.v[v];
     }
   }
 #pragma unroll
