@@ -710,10 +710,25 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
     const int config = aligned ? pick_cached(cols, V, kBackwardCachedCount) : -1;
     int parts = 0;  // blocks per row of the split kernel
     if (config < 0 && aligned) {
+      static_assert(kMaxNonPortableSplit * (BackwardSplitShape::threads / kWarp) <= kExchangeSlots,
+                    "exchange slots");
       if (Status s = split_parts(op, reinterpret_cast<const void*>(split_kernel<kLayer, T>()), cols,
-                                 kBackwardSplitCols<T>, &parts);
+                                 kBackwardSplitCols<T>, &parts, kMaxNonPortableSplit);
           !s.ok())
         return s;
+    }
+    int clusters = 0;  // of the split kernel that fit the device at once
+    if (parts > 0) {
+      using S = BackwardSplitShape;
+      const LaunchConfig one(static_cast<unsigned>(parts), S::threads, 0, nullptr, parts);
+      const cudaError_t error =
+          cudaOccupancyMaxActiveClusters(&clusters, split_kernel<kLayer, T>(), &one.config());
+      if (error != cudaSuccess && parts <= kMaxSplit) {
+        return cuda_status(error, op, "sizing the launch");
+      }
+      if (error != cudaSuccess) (void)cudaGetLastError();
+      // Clusters this large do not fit (or a non-portable size is refused): the rows stay whole.
+      if (error != cudaSuccess || clusters < 1) parts = 0;
     }
     int per_sm = 0;
     cudaError_t error = cudaSuccess;
@@ -739,13 +754,10 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
     } else if (parts > 0) {
       // Clusters of `parts` blocks share each row; each cluster is one unit.
       using S = BackwardSplitShape;
-      const LaunchConfig one(static_cast<unsigned>(parts), S::threads, 0, nullptr, parts);
-      int clusters = 0;
-      error = cudaOccupancyMaxActiveClusters(&clusters, split_kernel<kLayer, T>(), &one.config());
       const int64_t wanted = sms * kSplitBlocksPerSmTimes2 / (2 * parts);
-      clusters = static_cast<int>(std::min<int64_t>(clusters, wanted));
       plan->split = parts;
-      plan->units = std::min<int64_t>(rows, std::max(clusters, 1));
+      plan->units =
+          std::min<int64_t>(rows, std::max<int64_t>(std::min<int64_t>(clusters, wanted), 1));
       plan->blocks = static_cast<unsigned>(plan->units * parts);
       plan->threads = S::threads;
     } else {

@@ -62,14 +62,23 @@ Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t col
   return Status();
 }
 
-Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols,
-                   int* parts) {
+Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols, int* parts,
+                   int max_parts) {
   *parts = 0;
-  if (cols <= part_cols || cols > kMaxSplit * part_cols) return Status();
+  if (cols <= part_cols || cols > max_parts * part_cols) return Status();
   cudaFuncAttributes attributes = {};
   bool ok = false;
   if (Status s = cluster_image(op, kernel, &attributes, &ok); !s.ok() || !ok) return s;
-  *parts = static_cast<int>((cols + part_cols - 1) / part_cols);
+  const int wanted = static_cast<int>((cols + part_cols - 1) / part_cols);
+  if (wanted > kMaxSplit) {
+    const cudaError_t error =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (error != cudaSuccess) {
+      (void)cudaGetLastError();  // a device without non-portable clusters: the rows stay whole
+      return Status();
+    }
+  }
+  *parts = wanted;
   return Status();
 }
 

@@ -84,12 +84,18 @@ Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t col
 
 /// The most blocks that share a row (a portable thread-block cluster size).
 inline constexpr int kMaxSplit = 8;
+/// The most blocks that share a row where the device allows clusters larger than portable ones
+/// (an H100 allows 16).
+inline constexpr int kMaxNonPortableSplit = 16;
 
 /// Blocks per row when rows of cols elements are split over a cluster of blocks of `kernel`
 /// (a split cached kernel, part_cols columns per block), or 0 when they are not: a row that needs
-/// more than kMaxSplit blocks, a device older than sm_90, or a kernel image built for an older
-/// architecture (which cannot use clusters).
-Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols, int* parts);
+/// more than max_parts blocks, a device older than sm_90, or a kernel image built for an older
+/// architecture (which cannot use clusters). More than kMaxSplit parts (at most
+/// kMaxNonPortableSplit) allow the kernel non-portable cluster sizes; the caller then checks
+/// that such clusters fit (cudaOccupancyMaxActiveClusters).
+Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols, int* parts,
+                   int max_parts = kMaxSplit);
 
 // ---------------------------------------------------------------------------------------------
 // The pipelined kernels (row_pipeline.cuh).
