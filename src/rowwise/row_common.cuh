@@ -58,6 +58,40 @@ __device__ __forceinline__ void warp_allreduce(float (&v)[K], Op op) {
   }
 }
 
+/// A row's mean and the sum of its squared deviations from the mean (M2).
+struct Moments {
+  float mean;
+  float m2;
+};
+
+/// Floats of scratch for RowReducer::moments over a whole block: two sets of 2 * 32 slots.
+inline constexpr int kMomentsScratch = 4 * kWarp;
+
+/// Combines the sums and the M2s (each about its own mean) of `parts` parts of a row of `count`
+/// elements, part p holding count_of(p) elements (Chan, Golub and LeVeque): the row's mean is
+/// the sum over count, and its M2 the parts' M2s plus n_p (mean_p - mean)^2 each. Every warp
+/// that calls it reads the same values in the same order, so all end with the same bits.
+template <class CountOf>
+__device__ __forceinline__ Moments combine_moments(const float* sums, const float* m2s, int parts,
+                                                   float count, CountOf count_of) {
+  const int lane = threadIdx.x % kWarp;
+  float sum[1] = {0.0f};
+  for (int p = lane; p < parts; p += kWarp)
+    sum[0] += sums[p];
+  warp_allreduce(sum, SumOp{});
+  const float mean = sum[0] / count;
+  float m2[1] = {0.0f};
+  for (int p = lane; p < parts; p += kWarp) {
+    const float n = static_cast<float>(count_of(p));
+    if (n > 0.0f) {
+      const float d = sums[p] / n - mean;
+      m2[0] += fmaf(n * d, d, m2s[p]);
+    }
+  }
+  warp_allreduce(m2, SumOp{});
+  return {mean, m2[0]};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Split rows: on sm_90 and newer the blocks of a thread-block cluster may share a row, each
 // holding one part of it (row_walk); their reductions meet through RowExchange
@@ -312,6 +346,15 @@ struct Tile {
   uint4 raw[kVecs];
 
   __device__ __forceinline__ static int col(int j, int t) { return (j * kThreads + t) * N; }
+
+  /// Elements of a row of `cols` columns (at most kCols) that warp w of the row's threads holds.
+  __device__ __forceinline__ static int warp_count(int cols, int w) {
+    int n = 0;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j)
+      n += min(max(cols - col(j, w * kWarp), 0), kWarp * N);
+    return n;
+  }
 
   /// The thread's chunk that straddles the row's end (cols not a multiple of N), or -1. A row
   /// has at most one such chunk, so it is handled once, after the vector accesses: handling it

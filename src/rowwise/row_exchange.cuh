@@ -85,6 +85,25 @@ struct RowExchange {
   __device__ __forceinline__ void allreduce(int r, int i, float (&v)[W], int rank, int parts,
                                             Op op) {
     warp_allreduce(v, op);
+    gather(r, i, v, rank, parts, [&](const float(&got)[W][kExchangeSlots], int senders) {
+      const int lane = threadIdx.x % kWarp;
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        v[w] = Op::kIdentity;
+        for (int s = lane; s < senders; s += kWarp)
+          v[w] = op(v[w], got[w][s]);
+      }
+      warp_allreduce(v, op);
+    });
+  }
+
+  /// Exchange r of the block's i-th row: every warp's values v (the same in each of its lanes)
+  /// reach every block of the cluster, and read(got, senders) is called once they have all
+  /// arrived: got[w][s] is value w of sender s, the warp s % (blockDim.x / 32) of the block of
+  /// rank s / (blockDim.x / 32), for s < senders.
+  template <class Read>
+  __device__ __forceinline__ void gather(int r, int i, const float (&v)[W], int rank, int parts,
+                                         Read&& read) {
     const int lane = threadIdx.x % kWarp;
     const int warps = static_cast<int>(blockDim.x) / kWarp;
     const int set = i & 1;
@@ -99,13 +118,7 @@ struct RowExchange {
     }
     const int senders = warps * parts;
     mbarrier_wait(&bars[set][r], static_cast<uint32_t>((i >> 1) & 1));
-#pragma unroll
-    for (int w = 0; w < W; ++w) {
-      v[w] = Op::kIdentity;
-      for (int s = lane; s < senders; s += kWarp)
-        v[w] = op(v[w], slots[set][r][w][s]);
-    }
-    warp_allreduce(v, op);
+    read(slots[set][r], senders);
     // Armed again for the row two further on; its values cannot arrive before every warp of
     // this block has sent its values for the next row, so after every warp has read these.
     if (threadIdx.x == 0) mbarrier_arrive_expect(&bars[set][r], senders * W * sizeof(float));
@@ -131,6 +144,46 @@ struct RowReducer {
     } else {
       row_allreduce<kThreads>(v, scratch, op);
     }
+  }
+  /// The mean and the sum of squared deviations (M2) of a row, from each warp's sum and M2 about
+  /// its own mean (warp_sum and warp_m2, the same in each of the warp's lanes): one exchange (or
+  /// one block barrier) where two reductions, the sum and then the squares about the mean, would
+  /// take two. count is the row's length; warp_count(c, w) the elements of a part of c columns
+  /// held by warp w of its block (the part of the block of rank k holding
+  /// min(cols - k * part_cols, part_cols) of them). Needs W == 2 and, for whole-block rows,
+  /// kMomentsScratch floats of scratch.
+  template <class WarpCount>
+  __device__ __forceinline__ Moments moments(float warp_sum, float warp_m2, int cols, int part_cols,
+                                             WarpCount warp_count) {
+    static_assert(W == 2, "moments exchange a sum and an M2 per warp");
+    const float count = static_cast<float>(cols);
+    const int warps = kThreads / kWarp;
+    Moments m;
+    if constexpr (kSplit) {
+      const float v[2] = {warp_sum, warp_m2};
+      exchange->gather(r++, i, v, rank, parts,
+                       [&](const float(&got)[2][kExchangeSlots], int senders) {
+                         m = combine_moments(got[0], got[1], senders, count, [&](int s) {
+                           const int k = s / warps;
+                           return warp_count(min(cols - k * part_cols, part_cols), s % warps);
+                         });
+                       });
+    } else if constexpr (kThreads == kWarp) {
+      m = {warp_sum / count, warp_m2};
+    } else {
+      // Two sets of slots, used by alternate rows: a set is written again two rows later, after
+      // every thread has read it and passed the barrier of the row in between.
+      float* slots = scratch + (i & 1) * 2 * kWarp;
+      const int warp = static_cast<int>(threadIdx.x) / kWarp;
+      if (threadIdx.x % kWarp == 0) {
+        slots[warp] = warp_sum;
+        slots[kWarp + warp] = warp_m2;
+      }
+      __syncthreads();
+      m = combine_moments(slots, slots + kWarp, warps, count,
+                          [&](int w) { return warp_count(cols, w); });
+    }
+    return m;
   }
   /// Moves on to the block's next row.
   __device__ __forceinline__ void next_row() {
@@ -158,7 +211,7 @@ inline constexpr int64_t kSplitFromBytes = 32 * 1024;
 /// 4096 x 32768) the smaller blocks measured 97.6% of copy for softmax, against 96.1% with 256
 /// threads and 88.3% for the pipelined kernel, which longer rows keep.
 template <typename T, class KernelFor, typename... Args>
-Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launched,
+Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launched, bool persistent,
                        KernelFor&& kernel_for, cudaStream_t stream, Args... args) {
   *launched = false;
   const auto launch = [&](auto shape) -> Status {
@@ -171,7 +224,18 @@ Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launche
         !s.ok() || parts == 0)
       return s;
     // One row per cluster; a grid that cannot hold every row walks them (gridDim.x < 2^31).
-    const int64_t clusters = std::min<int64_t>(rows, (int64_t{1} << 30) / parts);
+    int64_t clusters = std::min<int64_t>(rows, (int64_t{1} << 30) / parts);
+    if (persistent) {
+      // As many clusters as fit the device at once, each walking its rows.
+      const LaunchConfig one(static_cast<unsigned>(parts), S::threads, 0, nullptr, parts);
+      int active = 0;
+      if (const cudaError_t error = cudaOccupancyMaxActiveClusters(&active, kernel, &one.config());
+          error != cudaSuccess) {
+        (void)cudaGetLastError();
+        return detail::cuda_status(error, op, "sizing the launch");
+      }
+      clusters = std::min<int64_t>(clusters, std::max(active, 1));
+    }
     *launched = true;
     return launch_split(op, kernel, static_cast<unsigned>(clusters), parts, S::threads, stream,
                         args...);

@@ -380,7 +380,7 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
     if (aligned) {
       bool launched = false;
       if (Status s = launch_if_split<T>(
-              kOp, rows, cols, &launched,
+              kOp, rows, cols, &launched, /*persistent=*/false,
               [](auto shape) {
                 using S = decltype(shape);
                 return softmax_cached<T, S::threads, S::vecs, V, true>;

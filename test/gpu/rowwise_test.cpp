@@ -104,21 +104,42 @@ TEST_P(RowwiseManyLongRows, MatchesReference) {
   EXPECT_TRUE(CheckCase(GetParam(), nullptr));
 }
 
-std::vector<Case> ManyLongRowCases() {
+// The norm backward passes split rows over clusters of 9 to 16 blocks (non-portable cluster
+// sizes, where the device allows them) above 8 blocks' columns: 16384 float32, 32768 16-bit.
+bool NeedsLargeClusters(const Case& c) {
+  const bool backward_norm = c.op == "layer_norm_backward" || c.op == "rms_norm_backward";
+  const int64_t part_cols = 128 * 4 * (16 / static_cast<int64_t>(dtype_size(c.dtype)));
+  return backward_norm && c.cols > 8 * part_cols && c.cols <= 16 * part_cols;
+}
+
+std::vector<Case> LongRowCases(bool large_clusters) {
   std::vector<Case> cases;
   for (const char* op : kOps) {
     for (DType dtype : kDtypes) {
-      cases.push_back({op, dtype, 600, 16392, 8, 0});
-      // Rows split over 16 blocks where the device allows such clusters (the norm backward
-      // passes: 16-bit rows of 65528, float32 rows of 32760).
-      cases.push_back({op, dtype, 150, 65528, 8, 0});
-      cases.push_back({op, dtype, 150, 32760, 8, 0});
+      // Rows of 65528 and 32760 split over 16 blocks in the norm backward passes (16-bit and
+      // float32), rows of 16392 float32 over 9.
+      for (int64_t cols : {int64_t{16392}, int64_t{65528}, int64_t{32760}}) {
+        const Case c{op, dtype, cols == 16392 ? 600 : 150, cols, 8, 0};
+        if (NeedsLargeClusters(c) == large_clusters) cases.push_back(c);
+      }
     }
   }
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseManyLongRows, ::testing::ValuesIn(ManyLongRowCases()));
+INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseManyLongRows, ::testing::ValuesIn(LongRowCases(false)));
+
+// Kept apart so that the sanitizer runs can name them: compute-sanitizer's synccheck reports a
+// "missing wait" on the mbarriers of the blocks of cluster rank 8 and above (and of no other),
+// even for a minimal exchange whose results are exact (test/CMakeLists.txt).
+class RowwiseLargeClusters : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RowwiseLargeClusters, MatchesReference) {
+  EXPECT_TRUE(CheckCase(GetParam(), nullptr));
+}
+
+INSTANTIATE_TEST_SUITE_P(NormBackward, RowwiseLargeClusters,
+                         ::testing::ValuesIn(LongRowCases(true)));
 
 class RowwiseOps : public ::testing::TestWithParam<const char*> {};
 
