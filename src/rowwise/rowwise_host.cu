@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 
@@ -62,10 +63,23 @@ Status plan_streamed(const char* op, const void* kernel, int arrays, int64_t col
   return Status();
 }
 
+int max_cluster_size() {
+  static const int limit = [] {
+    const char* value = std::getenv("CUDAOPS_MAX_CLUSTER_SIZE");
+    if (value == nullptr || *value == '\0') return kMaxNonPortableSplit;
+    char* end = nullptr;
+    const long n = std::strtol(value, &end, 10);
+    if (*end != '\0' || n < 0) return kMaxNonPortableSplit;  // not a count: the default
+    return static_cast<int>(std::min<long>(n, kMaxNonPortableSplit));
+  }();
+  return limit;
+}
+
 Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols, int* parts,
                    int max_parts) {
   *parts = 0;
-  if (cols <= part_cols || cols > max_parts * part_cols) return Status();
+  max_parts = std::min(max_parts, max_cluster_size());
+  if (max_parts < 2 || cols <= part_cols || cols > max_parts * part_cols) return Status();
   cudaFuncAttributes attributes = {};
   bool ok = false;
   if (Status s = cluster_image(op, kernel, &attributes, &ok); !s.ok() || !ok) return s;

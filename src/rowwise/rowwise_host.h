@@ -88,10 +88,15 @@ inline constexpr int kMaxSplit = 8;
 /// (an H100 allows 16).
 inline constexpr int kMaxNonPortableSplit = 16;
 
+/// The most blocks of a cluster the split kernels use: kMaxNonPortableSplit, or fewer where the
+/// environment variable CUDAOPS_MAX_CLUSTER_SIZE says so (read once; 8 keeps to portable
+/// cluster sizes, 0 or 1 splits no row).
+int max_cluster_size();
+
 /// Blocks per row when rows of cols elements are split over a cluster of blocks of `kernel`
 /// (a split cached kernel, part_cols columns per block), or 0 when they are not: a row that needs
-/// more than max_parts blocks, a device older than sm_90, or a kernel image built for an older
-/// architecture (which cannot use clusters). More than kMaxSplit parts (at most
+/// more than max_parts blocks (or max_cluster_size()), a device older than sm_90, or a kernel image
+/// built for an older architecture (which cannot use clusters). More than kMaxSplit parts (at most
 /// kMaxNonPortableSplit) allow the kernel non-portable cluster sizes; the caller then checks
 /// that such clusters fit (cudaOccupancyMaxActiveClusters).
 Status split_parts(const char* op, const void* kernel, int64_t cols, int64_t part_cols, int* parts,

@@ -129,9 +129,8 @@ std::vector<Case> LongRowCases(bool large_clusters) {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseManyLongRows, ::testing::ValuesIn(LongRowCases(false)));
 
-// Kept apart so that the sanitizer runs can name them: compute-sanitizer's synccheck reports a
-// "missing wait" on the mbarriers of the blocks of cluster rank 8 and above (and of no other),
-// even for a minimal exchange whose results are exact (test/CMakeLists.txt).
+// Kept apart to be named: under synccheck, which runs with CUDAOPS_MAX_CLUSTER_SIZE=8
+// (test/CMakeLists.txt), these rows take the streamed kernel instead.
 class RowwiseLargeClusters : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RowwiseLargeClusters, MatchesReference) {
