@@ -68,8 +68,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
   constexpr bool kEarlyWeight = kSplit && kNorm == Norm::kRms;
   constexpr bool kHeldParams = kSplit && kNorm == Norm::kLayer;
   // kHeldParams: the weight's and the bias's chunks of each thread, as loaded.
-  constexpr int kHeld = kHeldParams ? 1 : 0;
-  __shared__ uint4 held[1 + kHeld][kHeld * (kVecs - 1) + 1][kHeld * (kThreads - 1) + 1];
+  __shared__ uint4 held[2][kHeldParams ? kVecs : 1][kHeldParams ? kThreads : 1];
   __shared__ float scratch[kNorm == Norm::kLayer ? kMomentsScratch : kWarp];
   __shared__ RowExchange<1, W> exchange;
   using TileT = Tile<T, kThreads, kVecs, N>;
@@ -759,14 +758,10 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
     }
     int clusters = 0;  // of the split kernel that fit the device at once
     if (parts > 0) {
-      using S = BackwardSplitShape;
-      const LaunchConfig one(static_cast<unsigned>(parts), S::threads, 0, nullptr, parts);
-      const cudaError_t error =
-          cudaOccupancyMaxActiveClusters(&clusters, split_kernel<kLayer, T>(), &one.config());
-      if (error != cudaSuccess && parts <= kMaxSplit) {
+      const cudaError_t error = max_active_clusters(split_kernel<kLayer, T>(), parts,
+                                                    BackwardSplitShape::threads, &clusters);
+      if (error != cudaSuccess && parts <= kMaxSplit)
         return cuda_status(error, op, "sizing the launch");
-      }
-      if (error != cudaSuccess) (void)cudaGetLastError();
       // Clusters this large do not fit (or a non-portable size is refused): the rows stay whole.
       if (error != cudaSuccess || clusters < 1) parts = 0;
     }

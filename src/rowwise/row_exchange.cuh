@@ -200,6 +200,16 @@ struct RowReducer {
 
 namespace cudaops::detail::rowwise {
 
+/// Sets *clusters to the clusters of `parts` blocks of `threads` threads of `kernel` that fit the
+/// device at once. A failed query's error is cleared and returned.
+template <typename... Params>
+cudaError_t max_active_clusters(void (*kernel)(Params...), int parts, int threads, int* clusters) {
+  const LaunchConfig one(static_cast<unsigned>(parts), threads, 0, nullptr, parts);
+  const cudaError_t error = cudaOccupancyMaxActiveClusters(clusters, kernel, &one.config());
+  if (error != cudaSuccess) (void)cudaGetLastError();
+  return error;
+}
+
 /// Forward rows longer than this many bytes may be split (shorter ones have cached kernels, or
 /// streamed ones that measured as fast).
 inline constexpr int64_t kSplitFromBytes = 32 * 1024;
@@ -227,13 +237,10 @@ Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launche
     int64_t clusters = std::min<int64_t>(rows, (int64_t{1} << 30) / parts);
     if (persistent) {
       // As many clusters as fit the device at once, each walking its rows.
-      const LaunchConfig one(static_cast<unsigned>(parts), S::threads, 0, nullptr, parts);
       int active = 0;
-      if (const cudaError_t error = cudaOccupancyMaxActiveClusters(&active, kernel, &one.config());
-          error != cudaSuccess) {
-        (void)cudaGetLastError();
+      if (const cudaError_t error = max_active_clusters(kernel, parts, S::threads, &active);
+          error != cudaSuccess)
         return detail::cuda_status(error, op, "sizing the launch");
-      }
       clusters = std::min<int64_t>(clusters, std::max(active, 1));
     }
     *launched = true;
