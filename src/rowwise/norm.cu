@@ -47,15 +47,27 @@ inline constexpr int kNormMinBlocks = kNorm == Norm::kLayer ? 1024 / kBlockThrea
 // L2) per group, and fewer registers than all at once.
 constexpr int kParamGroup = 2;
 
+// Rows each cluster of the split layer norm takes, one after another: its weight and bias
+// copied once serve them all, where more rows per cluster leave the device less room to even
+// out the clusters' pace. On an H100, % of copy (bf16 / fp16) by rows per cluster:
+// clang-format off
+//                    1            2            3            4            8        persistent
+//   4096 x 32768  89.5 / 93.0  94.5 / 95.9  94.4 / 95.6  92.7 / 94.6  91.1 / 92.8  86.1 / 83.9
+//   2048 x 65536       -       89.2 / 93.6  92.3 / 95.0       -            -       85.6 / 88.6
+//   6144 x 24576    - / -      95.9 / -     95.3 / -          -            -       88.4 / -
+// clang-format on
+// The persistent grid (one cluster per place on the device, each walking its rows) measured
+// the same loss for rms_norm: 90.1% against 97.3% with a cluster per row.
+constexpr int kLayerRowsPerCluster = 3;
+
 // kSplit: the blocks of a cluster share each row (row_walk), their reductions meeting through
 // RowExchange; otherwise kRowsPerBlock rows per block.
 //
-// The split layer norm's grid is persistent (launch_if_split), and each block keeps its part of
-// the weight and bias in shared memory, loaded once, rather than fetching both from L2 for every
-// row. On an H100 (bf16) it measured 89.7% of copy at 4096 x 32768 and 89.5% at 2048 x 65536,
-// against 77.4% and 74.8% fetching them for every row (85.5% for the pipelined kernel at
-// 4096 x 32768). Holding them in registers instead (80 registers, 6 blocks per SM) measured
-// 86.9% and 45.4%.
+// The split layer norm's blocks copy their part of the weight and the bias into shared memory
+// once (cp.async, no registers held), and take kLayerRowsPerCluster rows each, each row's x
+// copied in (kStaged) while the row before is reduced. Fetching both parameters from L2 for every
+// row, after the exchange, measured 77.4% of copy (bf16, 4096 x 32768, H100); holding them in
+// registers at 6 blocks per SM 86.9%; in shared memory on a persistent grid 87.5-90.8%.
 template <Norm kNorm, typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm, kThreads>))
     norm_cached(NormArgs<T> a) {
@@ -67,8 +79,12 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
   // 92.9%). fused_add_rms_norm, with twice the bytes per row to hide it, measured no faster.
   constexpr bool kEarlyWeight = kSplit && kNorm == Norm::kRms;
   constexpr bool kHeldParams = kSplit && kNorm == Norm::kLayer;
-  // kHeldParams: the weight's and the bias's chunks of each thread, as loaded.
+  // kHeldParams: the weight's and the bias's chunks of each thread, as copied.
   __shared__ uint4 held[2][kHeldParams ? kVecs : 1][kHeldParams ? kThreads : 1];
+  // kStaged: the thread's chunks of the block's next row of x, copied while this one is reduced
+  // (blocks of 256 threads would pass the 48 KiB of static shared memory).
+  constexpr bool kStaged = kHeldParams && kThreads <= 128;
+  __shared__ uint4 staged[kStaged ? kVecs : 1][kStaged ? kThreads : 1];
   __shared__ float scratch[kNorm == Norm::kLayer ? kMomentsScratch : kWarp];
   __shared__ RowExchange<1, W> exchange;
   using TileT = Tile<T, kThreads, kVecs, N>;
@@ -81,20 +97,33 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
   const T zero = from_float<T>(0.0f);
   RowReducer<kThreads, kSplit, 1, W> reduce{scratch, &exchange, walk.rank, walk.parts};
   if constexpr (kSplit) exchange.begin(walk.parts);
-  if constexpr (kHeldParams) {
-    // Each thread stores and reads only its own chunks: no barrier.
-    TileT w, b;
-    w.load(weight, cols, t, zero);
-    b.load(bias, cols, t, zero);
+  // Each thread copies and reads only its own chunks: no barrier.
+  const auto copy_chunks = [&](uint4* dst, const T* src) {
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
-      held[0][j][t] = w.raw[j];
-      held[1][j][t] = b.raw[j];
+      const int c = TileT::col(j, t);
+      const int bytes = min(max(cols - c, 0), N) * static_cast<int>(sizeof(T));
+      cp_async16(dst + j * kThreads + t, bytes > 0 ? src + c : src, bytes);
     }
+  };
+  if constexpr (kHeldParams) {
+    copy_chunks(&held[0][0][0], weight);
+    copy_chunks(&held[1][0][0], bias);
+    if (kStaged && walk.first < a.rows)
+      copy_chunks(&staged[0][0], a.x + walk.first * a.x_stride + walk.offset);
   }
   for (int64_t row = walk.first; row < a.rows; row += walk.step, reduce.next_row()) {
     TileT tile;
-    tile.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);
+    if constexpr (kStaged) {
+      cp_async_wait_all();  // this row (and, in the first, the parameters)
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j)
+        tile.raw[j] = staged[j][t];
+      if (row + walk.step < a.rows)
+        copy_chunks(&staged[0][0], a.x + (row + walk.step) * a.x_stride + walk.offset);
+    } else {
+      tile.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);
+    }
     if constexpr (kNorm == Norm::kAddRms) {
       T* residual = a.residual + row * a.residual_stride + walk.offset;
       TileT r;
@@ -170,6 +199,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
     for (int j0 = 0; j0 < kVecs; j0 += kParamGroup) {
       TileT w, b;
       if constexpr (kHeldParams) {
+        if constexpr (!kStaged) cp_async_wait_all();
 #pragma unroll
         for (int j = j0; j < j0 + kParamGroup && j < kVecs; ++j) {
           w.raw[j] = held[0][j][t];
@@ -663,22 +693,18 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
       });
     }
     // Rows of more than 32 KiB split over clusters (row_exchange.cuh), before the pipelined layer
-    // norm; float32 layer norm rows do not split. On an H100 the split layer norm measured 89.7%
-    // of copy at 4096 x 32768 bf16 against 85.5% pipelined; at 4096 x 32768 float32 84.3%
-    // against 85.2% streamed (spilling, before its parameters were held in shared memory).
-    constexpr bool kSplits = kNorm != Norm::kLayer || sizeof(T) == 2;
+    // norm. On an H100 the split layer norm measured 94.1% of copy at 4096 x 32768 bf16, against
+    // 85.5% pipelined; in float32 97.1% at 4096 x 32768 and 97.6% at 8192 x 16384, against 85.0%
+    // and 92.2% for the pipelined and streamed kernels.
     const auto try_split = [&](bool* launched) -> Status {
-      *launched = false;
-      if constexpr (kSplits) {
-        return launch_if_split<T>(
-            op, a.rows, a.cols, launched, /*persistent=*/kNorm == Norm::kLayer,
-            [&](auto shape) {
-              using S = decltype(shape);
-              return norm_cached<kNorm, T, S::threads, S::vecs, V, true>;
-            },
-            stream, a);
-      }
-      return Status();
+      return launch_if_split<T>(
+          op, a.rows, a.cols, launched, kNorm == Norm::kLayer ? kLayerRowsPerCluster : 1,
+          /*wide=*/kNorm == Norm::kLayer,
+          [&](auto shape) {
+            using S = decltype(shape);
+            return norm_cached<kNorm, T, S::threads, S::vecs, V, true>;
+          },
+          stream, a);
     };
     const bool long_row = a.cols * static_cast<int64_t>(sizeof(T)) > kSplitFromBytes;
     if (aligned && long_row) {

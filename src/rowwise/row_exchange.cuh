@@ -214,41 +214,51 @@ cudaError_t max_active_clusters(void (*kernel)(Params...), int parts, int thread
 /// streamed ones that measured as fast).
 inline constexpr int64_t kSplitFromBytes = 32 * 1024;
 
-/// Launches a split forward kernel over rows x cols of T in clusters of the blocks a row needs, one
-/// row per cluster, when its rows split (split_parts); *launched says whether it did.
-/// kernel_for(CachedShape<threads, vecs>{}) gives the kernel of a shape: blocks of 128 threads of
-/// 4 vectors where a row needs at most kMaxSplit of them, else of 256 threads. On an H100 (bf16,
-/// 4096 x 32768) the smaller blocks measured 97.6% of copy for softmax, against 96.1% with 256
-/// threads and 88.3% for the pipelined kernel, which longer rows keep.
+/// Launches a split forward kernel over rows x cols of T in clusters of the blocks a row needs,
+/// when its rows split (split_parts); *launched says whether it did. Each cluster takes
+/// rows_per_cluster rows (the last ones fewer), one after another. kernel_for(CachedShape<threads,
+/// vecs>{}) gives the kernel of a shape: blocks of 128 threads of 4 vectors where a row needs at
+/// most kMaxSplit of them, else of 256 threads. On an H100 (bf16, 4096 x 32768) the smaller blocks
+/// measured 97.6% of copy for softmax, against 96.1% with 256 threads and 88.3% for the pipelined
+/// kernel, which longer rows keep. With `wide`, rows that need up to kMaxNonPortableSplit blocks
+/// of 128 threads take them where the device allows such clusters, before blocks of 256.
 template <typename T, class KernelFor, typename... Args>
-Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launched, bool persistent,
-                       KernelFor&& kernel_for, cudaStream_t stream, Args... args) {
+Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launched,
+                       int rows_per_cluster, bool wide, KernelFor&& kernel_for, cudaStream_t stream,
+                       Args... args) {
+  static_assert(kMaxNonPortableSplit * (128 / kWarp) <= kExchangeSlots &&
+                    kMaxSplit * (256 / kWarp) <= kExchangeSlots,
+                "exchange slots");
   *launched = false;
-  const auto launch = [&](auto shape) -> Status {
+  const auto launch = [&](auto shape, int max_parts) -> Status {
     using S = decltype(shape);
     constexpr int64_t kPartCols = int64_t{S::threads} * S::vecs * kVec16<T>;
-    static_assert(kMaxSplit * (S::threads / kWarp) <= kExchangeSlots, "exchange slots");
     const auto kernel = kernel_for(shape);
     int parts = 0;
-    if (Status s = split_parts(op, reinterpret_cast<const void*>(kernel), cols, kPartCols, &parts);
+    if (Status s = split_parts(op, reinterpret_cast<const void*>(kernel), cols, kPartCols, &parts,
+                               max_parts);
         !s.ok() || parts == 0)
       return s;
-    // One row per cluster; a grid that cannot hold every row walks them (gridDim.x < 2^31).
-    int64_t clusters = std::min<int64_t>(rows, (int64_t{1} << 30) / parts);
-    if (persistent) {
-      // As many clusters as fit the device at once, each walking its rows.
+    if (parts > kMaxSplit) {
+      // A non-portable cluster size: launched only where one such cluster fits.
       int active = 0;
-      if (const cudaError_t error = max_active_clusters(kernel, parts, S::threads, &active);
-          error != cudaSuccess)
-        return detail::cuda_status(error, op, "sizing the launch");
-      clusters = std::min<int64_t>(clusters, std::max(active, 1));
+      if (max_active_clusters(kernel, parts, S::threads, &active) != cudaSuccess || active < 1)
+        return Status();
     }
+    // A grid that cannot hold every row's cluster walks them (gridDim.x < 2^31).
+    const int64_t clusters = std::min<int64_t>((rows + rows_per_cluster - 1) / rows_per_cluster,
+                                               (int64_t{1} << 30) / parts);
     *launched = true;
     return launch_split(op, kernel, static_cast<unsigned>(clusters), parts, S::threads, stream,
                         args...);
   };
-  if (cols <= kMaxSplit * int64_t{128} * 4 * kVec16<T>) return launch(CachedShape<128, 4>{});
-  return launch(CachedShape<256, 4>{});
+  if (cols <= kMaxSplit * int64_t{128} * 4 * kVec16<T>)
+    return launch(CachedShape<128, 4>{}, kMaxSplit);
+  if (wide) {
+    if (Status s = launch(CachedShape<128, 4>{}, kMaxNonPortableSplit); !s.ok() || *launched)
+      return s;
+  }
+  return launch(CachedShape<256, 4>{}, kMaxSplit);
 }
 
 }  // namespace cudaops::detail::rowwise

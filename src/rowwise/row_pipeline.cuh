@@ -95,6 +95,28 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 #endif
 }
 
+/// Copies the first `bytes` (0 to 16) of the 16 bytes at src (global, 16-byte aligned) to the 16
+/// bytes at dst (shared), zero-filling the rest, without holding registers (cp.async, sm_80);
+/// cp_async_wait_all waits for the thread's copies. Used only where clusters are (sm_90).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(bytes)
+               : "memory");
+#else
+  (void)dst;
+  (void)src;
+  (void)bytes;
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 
 /// The rows of kArrays input matrices (each row 16-byte aligned) that a pipelined kernel reads.

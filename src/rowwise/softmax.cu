@@ -380,7 +380,7 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
     if (aligned) {
       bool launched = false;
       if (Status s = launch_if_split<T>(
-              kOp, rows, cols, &launched, /*persistent=*/false,
+              kOp, rows, cols, &launched, /*rows_per_cluster=*/1, /*wide=*/false,
               [](auto shape) {
                 using S = decltype(shape);
                 return softmax_cached<T, S::threads, S::vecs, V, true>;

@@ -104,12 +104,14 @@ TEST_P(RowwiseManyLongRows, MatchesReference) {
   EXPECT_TRUE(CheckCase(GetParam(), nullptr));
 }
 
-// The norm backward passes split rows over clusters of 9 to 16 blocks (non-portable cluster
-// sizes, where the device allows them) above 8 blocks' columns: 16384 float32, 32768 16-bit.
+// The layer norm and the norm backward passes split rows over clusters of 9 to 16 blocks
+// (non-portable cluster sizes, where the device allows them) above 8 blocks' columns: 16384
+// float32, 32768 16-bit.
 bool NeedsLargeClusters(const Case& c) {
-  const bool backward_norm = c.op == "layer_norm_backward" || c.op == "rms_norm_backward";
+  const bool norm =
+      c.op == "layer_norm" || c.op == "layer_norm_backward" || c.op == "rms_norm_backward";
   const int64_t part_cols = 128 * 4 * (16 / static_cast<int64_t>(dtype_size(c.dtype)));
-  return backward_norm && c.cols > 8 * part_cols && c.cols <= 16 * part_cols;
+  return norm && c.cols > 8 * part_cols && c.cols <= 16 * part_cols;
 }
 
 std::vector<Case> LongRowCases(bool large_clusters) {
@@ -137,8 +139,7 @@ TEST_P(RowwiseLargeClusters, MatchesReference) {
   EXPECT_TRUE(CheckCase(GetParam(), nullptr));
 }
 
-INSTANTIATE_TEST_SUITE_P(NormBackward, RowwiseLargeClusters,
-                         ::testing::ValuesIn(LongRowCases(true)));
+INSTANTIATE_TEST_SUITE_P(Norms, RowwiseLargeClusters, ::testing::ValuesIn(LongRowCases(true)));
 
 class RowwiseOps : public ::testing::TestWithParam<const char*> {};
 
