@@ -195,11 +195,12 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
       if (kNorm == Norm::kLayer && a.mean != nullptr) a.mean[row] = mean;
       if (a.rstd != nullptr) a.rstd[row] = rstd;
     }
+    // Unstaged, the parameters' copies are waited for here (staged, with the row's own).
+    if constexpr (kHeldParams && !kStaged) cp_async_wait_all();
 #pragma unroll
     for (int j0 = 0; j0 < kVecs; j0 += kParamGroup) {
       TileT w, b;
       if constexpr (kHeldParams) {
-        if constexpr (!kStaged) cp_async_wait_all();
 #pragma unroll
         for (int j = j0; j < j0 + kParamGroup && j < kVecs; ++j) {
           w.raw[j] = held[0][j][t];

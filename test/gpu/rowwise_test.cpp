@@ -118,8 +118,8 @@ std::vector<Case> LongRowCases(bool large_clusters) {
   std::vector<Case> cases;
   for (const char* op : kOps) {
     for (DType dtype : kDtypes) {
-      // Rows of 65528 and 32760 split over 16 blocks in the norm backward passes (16-bit and
-      // float32), rows of 16392 float32 over 9.
+      // Rows of 65528 and 32760 split over 16 blocks in the layer norm and the norm backward
+      // passes (16-bit and float32), rows of 16392 float32 over 9.
       for (int64_t cols : {int64_t{16392}, int64_t{65528}, int64_t{32760}}) {
         const Case c{op, dtype, cols == 16392 ? 600 : 150, cols, 8, 0};
         if (NeedsLargeClusters(c) == large_clusters) cases.push_back(c);
@@ -132,7 +132,7 @@ std::vector<Case> LongRowCases(bool large_clusters) {
 INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseManyLongRows, ::testing::ValuesIn(LongRowCases(false)));
 
 // Kept apart to be named: under synccheck, which runs with CUDAOPS_MAX_CLUSTER_SIZE=8
-// (test/CMakeLists.txt), these rows take the streamed kernel instead.
+// (test/CMakeLists.txt), these rows take other kernels instead (streamed, or 8 larger blocks).
 class RowwiseLargeClusters : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RowwiseLargeClusters, MatchesReference) {
