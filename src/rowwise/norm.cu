@@ -97,20 +97,11 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
   const T zero = from_float<T>(0.0f);
   RowReducer<kThreads, kSplit, 1, W> reduce{scratch, &exchange, walk.rank, walk.parts};
   if constexpr (kSplit) exchange.begin(walk.parts);
-  // Each thread copies and reads only its own chunks: no barrier.
-  const auto copy_chunks = [&](uint4* dst, const T* src) {
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      const int c = TileT::col(j, t);
-      const int bytes = min(max(cols - c, 0), N) * static_cast<int>(sizeof(T));
-      cp_async16(dst + j * kThreads + t, bytes > 0 ? src + c : src, bytes);
-    }
-  };
   if constexpr (kHeldParams) {
-    copy_chunks(&held[0][0][0], weight);
-    copy_chunks(&held[1][0][0], bias);
+    TileT::copy_async(&held[0][0][0], weight, cols, t);
+    TileT::copy_async(&held[1][0][0], bias, cols, t);
     if (kStaged && walk.first < a.rows)
-      copy_chunks(&staged[0][0], a.x + walk.first * a.x_stride + walk.offset);
+      TileT::copy_async(&staged[0][0], a.x + walk.first * a.x_stride + walk.offset, cols, t);
   }
   for (int64_t row = walk.first; row < a.rows; row += walk.step, reduce.next_row()) {
     TileT tile;
@@ -120,7 +111,8 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
       for (int j = 0; j < kVecs; ++j)
         tile.raw[j] = staged[j][t];
       if (row + walk.step < a.rows)
-        copy_chunks(&staged[0][0], a.x + (row + walk.step) * a.x_stride + walk.offset);
+        TileT::copy_async(&staged[0][0], a.x + (row + walk.step) * a.x_stride + walk.offset, cols,
+                          t);
     } else {
       tile.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);
     }
@@ -492,19 +484,22 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
   RowReducer<kThreads, kSplit, 1, K> reduce{scratch, &exchange, walk.rank, walk.parts};
   if constexpr (kSplit) exchange.begin(walk.parts);
   for (int64_t row = walk.first; row < a.rows; row += walk.step, reduce.next_row()) {
-    TileT tdy, tx;
+    const int64_t next = row + walk.step;
+    TileT tdy, tx, tw;
     tdy.load(a.dy + row * a.dy_stride + walk.offset, cols, t, zero);
     tx.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);
-    TileT tw;  // all of the weight's chunks in flight at once, and used by both passes
-    tw.load(weight, cols, t, zero);
-    if (row + walk.step < a.rows) {
-      // The next row's loads then find it in L2 (issued after this row's, which they would
-      // otherwise delay, and before the reductions, which wait for them).
-      TileT::prefetch(a.dy + (row + walk.step) * a.dy_stride + walk.offset, cols, t);
-      TileT::prefetch(a.x + (row + walk.step) * a.x_stride + walk.offset, cols, t);
-    }
+    tw.load(weight, cols, t, zero);  // all chunks in flight at once, used by both passes
+    // The row's mean and rstd are asked for with its chunks, before the prefetch below (after
+    // it, the split rms_norm_backward took 161 registers rather than 136 and measured 87-89% of
+    // copy rather than 92-93%, bf16 4096 x 32768 on an H100).
     const float mean = kLayer ? a.mean[row] : 0.0f;
     const float rstd = a.rstd[row];
+    if (next < a.rows) {
+      // The next row's loads then find it in L2 (issued after this row's, which they would
+      // otherwise delay, and before the reductions, which wait for them).
+      TileT::prefetch(a.dy + next * a.dy_stride + walk.offset, cols, t);
+      TileT::prefetch(a.x + next * a.x_stride + walk.offset, cols, t);
+    }
     float s[K];
 #pragma unroll
     for (int k = 0; k < K; ++k)
@@ -753,12 +748,15 @@ template <typename T>
 constexpr int64_t kBackwardSplitCols =
     int64_t{BackwardSplitShape::threads} * BackwardSplitShape::vecs* kVec16<T>;
 
-// The split backward kernel's clusters hold kSplitBlocksPerSmTimes2 / 2 blocks per SM on average,
-// fewer than fit (3 of 128 threads). On an H100 at 4096 x 32768 bf16, rms_norm_backward /
-// layer_norm_backward measured 89.0% / 85.1% of copy with 2.5, against 82.9% / 84.5% with 3 and
-// 89.3% / 77.3% with 2; at 8192 x 24576 bf16 90.5% / 89.7% with 2.5, and at 4096 x 16384 float32
-// 91.5% / 94.6%.
-constexpr int kSplitBlocksPerSmTimes2 = 5;
+// The split backward kernel's clusters hold kSplitBlocksPerSmTimes2 / 2 blocks per SM on average:
+// for rms_norm 2.5, fewer than the 3 that fit (136 registers, 128 threads), for the layer norm
+// all 3 that fit (168 registers). On an H100 (bf16, % of copy, one run), with 2.5 / 3 per SM:
+//                    rms_norm_backward   layer_norm_backward
+//   4096 x 32768       93.0 / 92.0          85.4 / 86.0
+//   2048 x 65536       89.7 / 92.1          80.7 / 83.4
+//   8192 x 16384       93.8 / 89.1          87.0 / 87.8
+template <bool kLayer>
+constexpr int kSplitBlocksPerSmTimes2 = kLayer ? 6 : 5;
 
 /// The launch of a backward pass: which kernel, its grid, and the workspace it needs.
 template <bool kLayer>
@@ -816,7 +814,7 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
     } else if (parts > 0) {
       // Clusters of `parts` blocks share each row; each cluster is one unit.
       using S = BackwardSplitShape;
-      const int64_t wanted = sms * kSplitBlocksPerSmTimes2 / (2 * parts);
+      const int64_t wanted = sms * kSplitBlocksPerSmTimes2<kLayer> / (2 * parts);
       plan->split = parts;
       plan->units =
           std::min<int64_t>(rows, std::max<int64_t>(std::min<int64_t>(clusters, wanted), 1));

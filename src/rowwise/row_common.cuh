@@ -299,6 +299,32 @@ __device__ __forceinline__ uint32_t element_bits(T x) {
   }
 }
 
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Copies the first `bytes` (0 to 16) of the 16 bytes at src (global, 16-byte aligned) to the 16
+/// bytes at dst (shared), zero-filling the rest, without holding registers (cp.async, sm_80);
+/// cp_async_wait_all waits for the thread's copies. Used only where clusters are (sm_90).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+               "l"(src), "r"(bytes)
+               : "memory");
+#else
+  (void)dst;
+  (void)src;
+  (void)bytes;
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+#if CUDAOPS_HAS_CLUSTERS
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 /// Sixteen bytes of `fill`.
 template <typename T>
 __device__ __forceinline__ uint4 fill_vector(T fill) {
@@ -401,6 +427,19 @@ struct Tile {
     for (int j = 0; j < kVecs; ++j) {
       const int c = col(j, t);
       if (c < cols) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + c));
+    }
+  }
+
+  /// Copies the thread's chunks of a row into shared memory with cp.async (no registers held):
+  /// chunk j to dst[j * kThreads + t], zero past cols, as load() with a fill of 0 would hold it.
+  /// A thread copies and reads only its own chunks, so no barrier is needed; it waits for its
+  /// copies with cp_async_wait_all.
+  __device__ __forceinline__ static void copy_async(uint4* dst, const T* row, int cols, int t) {
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const int c = col(j, t);
+      const int bytes = min(max(cols - c, 0), N) * static_cast<int>(sizeof(T));
+      cp_async16(dst + j * kThreads + t, bytes > 0 ? row + c : row, bytes);
     }
   }
 

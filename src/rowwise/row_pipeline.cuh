@@ -24,10 +24,6 @@ namespace cudaops::detail::rowwise {
 // ---------------------------------------------------------------------------------------------
 // mbarriers and bulk copies (PTX ISA 8.0, sm_90).
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
 #if CUDAOPS_HAS_CLUSTERS
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count)
@@ -92,28 +88,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
   (void)bytes;
   (void)bar;
   __trap();  // pipelined kernels are only launched where they were built for sm_90 or newer
-#endif
-}
-
-/// Copies the first `bytes` (0 to 16) of the 16 bytes at src (global, 16-byte aligned) to the 16
-/// bytes at dst (shared), zero-filling the rest, without holding registers (cp.async, sm_80);
-/// cp_async_wait_all waits for the thread's copies. Used only where clusters are (sm_90).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int bytes) {
-#if CUDAOPS_HAS_CLUSTERS
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-               "l"(src), "r"(bytes)
-               : "memory");
-#else
-  (void)dst;
-  (void)src;
-  (void)bytes;
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void cp_async_wait_all() {
-#if CUDAOPS_HAS_CLUSTERS
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
 
