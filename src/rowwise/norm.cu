@@ -79,6 +79,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
   // 92.9%). fused_add_rms_norm, with twice the bytes per row to hide it, measured no faster.
   constexpr bool kEarlyWeight = kSplit && kNorm == Norm::kRms;
   constexpr bool kHeldParams = kSplit && kNorm == Norm::kLayer;
+  static_assert(!kHeldParams || kThreads <= 256, "held parameters of 512 threads pass 48 KiB");
   // kHeldParams: the weight's and the bias's chunks of each thread, as copied.
   __shared__ uint4 held[2][kHeldParams ? kVecs : 1][kHeldParams ? kThreads : 1];
   // kStaged: the thread's chunks of the block's next row of x, copied while this one is reduced
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
   constexpr bool kStaged = kHeldParams && kThreads <= 128;
   __shared__ uint4 staged[kStaged ? kVecs : 1][kStaged ? kThreads : 1];
   __shared__ float scratch[kNorm == Norm::kLayer ? kMomentsScratch : kWarp];
-  __shared__ RowExchange<1, W> exchange;
+  __shared__ typename RowReducer<kThreads, kSplit, 1, W>::Exchange exchange;
   using TileT = Tile<T, kThreads, kVecs, N>;
   const int t = threadIdx.x % kThreads;
   const RowWalk walk = row_walk<kThreads, kSplit>(static_cast<int>(a.cols), TileT::kCols);
@@ -463,7 +464,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     norm_backward_cached(NormBackwardArgs<T> a) {
   constexpr int K = kLayer ? 2 : 1;
   __shared__ float scratch[K * kWarp];
-  __shared__ RowExchange<1, K> exchange;
+  __shared__ typename RowReducer<kThreads, kSplit, 1, K>::Exchange exchange;
   constexpr int kRows = kRowsPerBlock<kThreads>;
   using TileT = Tile<T, kThreads, kVecs, N>;
   const int t = threadIdx.x % kThreads;
@@ -597,6 +598,199 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
   }
 }
 
+// Rows too long for the split kernel's blocks to hold (16-bit rows above 65536 columns, float32
+// above 32768; or above half that where clusters keep to 8 blocks): the blocks of a cluster
+// share each row, each walking its part in chunks of 16 bytes per thread twice, reading it again
+// from L2 in the second pass. Each block keeps its part of the weight and its accumulators in
+// dynamic shared memory (long_backward_smem), every thread only its own chunks, so no barrier
+// is taken; each block asks L2 for its part of the cluster's next row before the first pass, so
+// that the memory keeps streaming while the cluster reduces. Blocks of 256 threads, or of 512
+// where a part has more than four chunks per thread of 256. On an H100 (bf16, % of copy,
+// layer_norm_backward / rms_norm_backward):
+//                     256 threads    512 threads   256 without the prefetch
+//   512 x 131072      43.5 / 52.8    39.2 / 46.1   35.7 / 41.2
+//   256 x 262144      30.3 / 34.3    38.7 / 44.8   23.4 / 38.4
+// against 7.8 / 14.2 for the streamed kernel, which takes longer rows. The kernel is bound by
+// latency (ncu: 8 cycles between a warp's instructions, most waiting on loads); at 262144
+// columns one block per SM fits its shared memory, and 7 clusters of 16 such blocks fit the
+// device, leaving 20 of its 132 SMs idle.
+constexpr int kLongThreads = 256;
+constexpr int kLongWideThreads = 512;
+// Chunks per thread of the first pass loaded before any is used.
+constexpr int kLongBatch = 4;
+
+/// Chunks of a part of part_cols columns, as laid out: a whole number per thread.
+template <typename T, int kThreads>
+__host__ __device__ constexpr int long_chunks(int part_cols) {
+  constexpr int kPerRound = kThreads * kVec16<T>;
+  return (part_cols + kPerRound - 1) / kPerRound * kThreads;
+}
+
+/// Dynamic shared memory of norm_backward_long: the weight's chunks (16 bytes each), then K
+/// accumulators of N floats per chunk.
+template <bool kLayer, typename T, int kThreads>
+__host__ __device__ constexpr int64_t long_backward_smem(int part_cols) {
+  constexpr int K = kLayer ? 2 : 1;
+  return int64_t{long_chunks<T, kThreads>(part_cols)} * 16 * (1 + K * kVec16<T> / 4);
+}
+
+__device__ __forceinline__ void load_float4(const float4& v, float* out) {
+  out[0] = v.x;
+  out[1] = v.y;
+  out[2] = v.z;
+  out[3] = v.w;
+}
+
+template <bool kLayer, typename T, int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
+    norm_backward_long(NormBackwardArgs<T> a, int part_cols) {
+  constexpr int K = kLayer ? 2 : 1;
+  constexpr int N = kVec16<T>;
+  constexpr int H = N / 4;  // float4s per chunk and accumulator
+  constexpr int U = kLongBatch;
+  __shared__ RowExchange<1, K, kMaxNonPortableSplit * kThreads / kWarp> exchange;
+  extern __shared__ uint4 long_smem[];
+  int rank = 0;
+  int parts = 1;
+#if CUDAOPS_HAS_CLUSTERS
+  {
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    rank = static_cast<int>(cluster.block_rank());
+    parts = static_cast<int>(cluster.num_blocks());
+  }
+#endif
+  const int t = static_cast<int>(threadIdx.x);
+  const int64_t offset = static_cast<int64_t>(rank) * part_cols;
+  const int64_t left = a.cols - offset;
+  const int cols = static_cast<int>(left < part_cols ? left : part_cols);  // of this part
+  const int chunks = long_chunks<T, kThreads>(part_cols);
+  const int per_thread = chunks / kThreads;
+  uint4* held_weight = long_smem;                               // [chunks]
+  float4* acc = reinterpret_cast<float4*>(long_smem + chunks);  // [K][H][chunks]
+  const T zero = from_float<T>(0.0f);
+  // The weight, zero past the row's end, so that the chunks there add nothing.
+  for (int i = 0; i < per_thread; ++i) {
+    const int q = i * kThreads + t;
+    held_weight[q] = load_raw<T, N>(a.weight + offset, q * N, cols, zero);
+#pragma unroll
+    for (int k = 0; k < K * H; ++k)
+      acc[k * chunks + q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  const int64_t unit = blockIdx.x / parts;
+  const int64_t step = gridDim.x / parts;
+  exchange.begin(parts);
+  int i = 0;  // the block's row count
+  for (int64_t row = unit; row < a.rows; row += step, ++i) {
+    const T* dyr = a.dy + row * a.dy_stride + offset;
+    const T* xr = a.x + row * a.x_stride + offset;
+    const float mean = kLayer ? a.mean[row] : 0.0f;
+    const float rstd = a.rstd[row];
+    if (row + step < a.rows) {
+      const T* next_dy = a.dy + (row + step) * a.dy_stride + offset;
+      const T* next_x = a.x + (row + step) * a.x_stride + offset;
+      for (int j = 0; j < per_thread; ++j) {
+        const int c = (j * kThreads + t) * N;
+        if (c < cols) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(next_dy + c));
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(next_x + c));
+        }
+      }
+    }
+    float s[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k)
+      s[k] = 0.0f;
+#pragma unroll 1
+    for (int j0 = 0; j0 < per_thread; j0 += U) {
+      uint4 d[U], x[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = ((j0 + u) * kThreads + t) * N;
+        if (j0 + u < per_thread) {
+          d[u] = load_raw<T, N>(dyr, c, cols, zero);
+          x[u] = load_raw<T, N>(xr, c, cols, zero);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (j0 + u >= per_thread) continue;
+        const uint4 w = held_weight[(j0 + u) * kThreads + t];
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          const float xh = (word_element<T>(x[u], e) - mean) * rstd;
+          // never contracted: the same g in the second pass
+          const float g = __fmul_rn(word_element<T>(d[u], e), word_element<T>(w, e));
+          if constexpr (kLayer) s[0] += g;
+          s[K - 1] = fmaf(g, xh, s[K - 1]);
+        }
+      }
+    }
+    exchange.allreduce(0, i, s, rank, parts, SumOp{});
+    const float mean_g = kLayer ? s[0] / static_cast<float>(a.cols) : 0.0f;
+    const float mean_gx = s[K - 1] / static_cast<float>(a.cols);
+    T* dxr = a.dx + row * a.dx_stride + offset;
+    // One chunk at a time: two (or eight in the first pass, below kLongBatch's four) measured no
+    // faster, and the layer norm's 16-bit kernels spill with two.
+#pragma unroll 1
+    for (int j = 0; j < per_thread; ++j) {
+      const int q = j * kThreads + t;
+      const int c = q * N;
+      const uint4 d = load_raw<T, N>(dyr, c, cols, zero);
+      const uint4 x = load_raw<T, N>(xr, c, cols, zero);
+      const uint4 w = held_weight[q];
+      float dw[N], db[N];
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        load_float4(acc[h * chunks + q], &dw[4 * h]);
+        if constexpr (kLayer) load_float4(acc[(H + h) * chunks + q], &db[4 * h]);
+      }
+      float v[N];
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float dv = word_element<T>(d, e);
+        const float xh = (word_element<T>(x, e) - mean) * rstd;
+        dw[e] = fmaf(dv, xh, dw[e]);
+        if constexpr (kLayer) db[e] += dv;
+        v[e] = rstd * (__fmul_rn(dv, word_element<T>(w, e)) - mean_g - xh * mean_gx);
+      }
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        acc[h * chunks + q] = make_float4(dw[4 * h], dw[4 * h + 1], dw[4 * h + 2], dw[4 * h + 3]);
+        if constexpr (kLayer) {
+          acc[(H + h) * chunks + q] =
+              make_float4(db[4 * h], db[4 * h + 1], db[4 * h + 2], db[4 * h + 3]);
+        }
+      }
+      if (c + N <= cols) {
+        *reinterpret_cast<uint4*>(dxr + c) = pack_words<T>(v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < N; ++e) {
+          if (c + e < cols) dxr[c + e] = from_float<T>(v[e]);
+        }
+      }
+    }
+  }
+  // The cluster's partial row: each block its part.
+  float* partial = a.partials + unit * a.cols + offset;
+  for (int j = 0; j < per_thread; ++j) {
+    const int q = j * kThreads + t;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+#pragma unroll
+      for (int h = 0; h < H; ++h) {
+        const float4 v = acc[(k * H + h) * chunks + q];
+        const float got[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = q * N + h * 4 + e;
+          if (c < cols) partial[k * a.units * a.cols + c] = got[e];
+        }
+      }
+    }
+  }
+}
+
 // One block per row of a persistent grid. The accumulators are in dynamic shared memory when
 // `smem_acc` (K x cols floats), else in the block's own partial rows in global memory.
 template <bool kLayer, typename T, int N>
@@ -710,9 +904,8 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
     // 85.5% pipelined; in float32 97.1% at 4096 x 32768 and 97.6% at 8192 x 16384, against 85.0%
     // and 92.2% for the pipelined and streamed kernels.
     const auto try_split = [&](bool* launched) -> Status {
-      return launch_if_split<T>(
+      return launch_if_split<T, /*kWide=*/kNorm == Norm::kLayer>(
           op, a.rows, a.cols, launched, kNorm == Norm::kLayer ? kLayerRowsPerCluster : 1,
-          /*wide=*/kNorm == Norm::kLayer,
           [&](auto shape) {
             using S = decltype(shape);
             return norm_cached<kNorm, T, S::threads, S::vecs, V, true>;
@@ -774,6 +967,69 @@ constexpr int64_t kBackwardSplitCols =
 //   8192 x 16384       93.8 / 89.1          87.0 / 87.8
 template <bool kLayer>
 constexpr int kSplitBlocksPerSmTimes2 = kLayer ? 6 : 5;
+
+/// The long-row kernel for parts of part_cols columns: blocks of 256 threads, or of 512 where a
+/// part has more than four chunks per thread of 256.
+template <typename T>
+bool long_wide(int64_t part_cols) {
+  return part_cols > int64_t{4} * kLongThreads * kVec16<T>;
+}
+
+/// Plans norm_backward_long for rows of `cols` (16-byte aligned) where clusters allow: the most
+/// blocks per row that fit (16 where the device allows non-portable clusters, else 8), the
+/// fewer where the larger clusters do not fit; *planned says whether it did.
+template <bool kLayer, typename T>
+Status plan_long_backward(const char* op, int64_t rows, int64_t cols, int smem_optin,
+                          ParamGradPlan* plan, bool* planned) {
+  *planned = false;
+  constexpr int N = kVec16<T>;
+  for (int max_parts = std::min(kMaxNonPortableSplit, max_cluster_size()); max_parts >= 2;
+       max_parts = max_parts > kMaxSplit ? kMaxSplit : 0) {
+    const int64_t part_cols = ((cols + max_parts - 1) / max_parts + N - 1) / N * N;
+    const int parts = static_cast<int>((cols + part_cols - 1) / part_cols);
+    if (parts < 2) return Status();
+    const bool wide = long_wide<T>(part_cols);
+    const auto kernel = wide ? norm_backward_long<kLayer, T, kLongWideThreads>
+                             : norm_backward_long<kLayer, T, kLongThreads>;
+    const int threads = wide ? kLongWideThreads : kLongThreads;
+    const int64_t smem = wide ? long_backward_smem<kLayer, T, kLongWideThreads>(part_cols)
+                              : long_backward_smem<kLayer, T, kLongThreads>(part_cols);
+    cudaFuncAttributes attributes = {};
+    bool ok = false;
+    if (Status s = cluster_image(op, reinterpret_cast<const void*>(kernel), &attributes, &ok);
+        !s.ok() || !ok)
+      return s;
+    // Fewer parts take more shared memory each.
+    if (smem + static_cast<int64_t>(attributes.sharedSizeBytes) > smem_optin) return Status();
+    if (parts > kMaxSplit &&
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+            cudaSuccess) {
+      (void)cudaGetLastError();  // no clusters this large here: try portable ones
+      continue;
+    }
+    if (const cudaError_t error = cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        error != cudaSuccess)
+      return cuda_status(error, op, "setting the shared-memory size");
+    const LaunchConfig one(static_cast<unsigned>(parts), threads, static_cast<size_t>(smem),
+                           nullptr, parts);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.config()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      clusters = 0;
+    }
+    if (clusters < 1) continue;
+    plan->split = parts;
+    plan->part_cols = static_cast<int>(part_cols);
+    plan->threads = threads;
+    plan->smem = static_cast<size_t>(smem);
+    plan->units = std::min<int64_t>(rows, clusters);
+    plan->blocks = static_cast<unsigned>(plan->units * parts);
+    *planned = true;
+    return Status();
+  }
+  return Status();
+}
 
 /// The launch of a backward pass: which kernel, its grid, and the workspace it needs.
 template <bool kLayer>
@@ -838,6 +1094,17 @@ Status plan_backward(const char* op, int64_t rows, int64_t cols, DType dtype, bo
       plan->blocks = static_cast<unsigned>(plan->units * parts);
       plan->threads = S::threads;
     } else {
+      bool planned = false;
+      if (aligned) {
+        if (Status s =
+                plan_long_backward<kLayer, T>(op, rows, cols, limits.smem_optin, plan, &planned);
+            !s.ok())
+          return s;
+      }
+      if (planned) {
+        plan->workspace = static_cast<size_t>(K * plan->units * cols) * sizeof(float);
+        return Status();
+      }
       // The accumulators (K x cols float32) are what the streamed kernel keeps in shared memory.
       const void* kernel =
           aligned ? reinterpret_cast<const void*>(norm_backward_streamed<kLayer, T, V>)
@@ -919,6 +1186,18 @@ Status launch_backward(const char* op, const NormBackwardArgs<void>& untyped, vo
             <<<plan.blocks, kBlockThreads<S::threads>, 0, stream>>>(a);
         return check_launch(op, stream);
       });
+    }
+    if (plan.part_cols > 0) {
+      const LaunchConfig config(plan.blocks, plan.threads, plan.smem, stream, plan.split);
+      const cudaError_t error =
+          long_wide<T>(plan.part_cols)
+              ? config.launch(norm_backward_long<kLayer, T, kLongWideThreads>, a, plan.part_cols)
+              : config.launch(norm_backward_long<kLayer, T, kLongThreads>, a, plan.part_cols);
+      if (error != cudaSuccess) {
+        (void)cudaGetLastError();
+        return cuda_status(error, op, "kernel launch failed");
+      }
+      return check_launch(op, stream);
     }
     if (plan.split > 0) {
       return launch_split(op, split_kernel<kLayer, T>(), static_cast<unsigned>(plan.units),

@@ -16,6 +16,12 @@ namespace cudaops::detail::rowwise {
 
 /// Values one reduction gathers per block: warps per block times blocks per cluster, at most.
 inline constexpr int kExchangeSlots = 64;
+/// The slots of the split blocks of kThreads threads: 16 blocks of 128 threads or 8 of 256 fill
+/// kExchangeSlots; 16 blocks of 256 or 512 threads (rows too long for those) need more.
+template <int kThreads, bool kSplit>
+inline constexpr int kExchangeSlotsFor = kSplit&& kThreads > 128
+                                             ? kMaxNonPortableSplit*(kThreads / kWarp)
+                                             : kExchangeSlots;
 
 /// The shared::cluster address of the shared-memory location `local` (a shared::cta address) in
 /// block `rank` of the cluster.
@@ -47,13 +53,14 @@ __device__ __forceinline__ void store_async(uint32_t remote, float v, uint32_t r
 }
 
 /// The exchange of R reductions per row, each of W floats, in a block of a cluster whose blocks
-/// share each row. The slots and mbarriers come in two sets, used by alternate rows: a peer may
-/// send its values for the next row while this block still reads the current row's; it cannot
-/// send the row after that before it has had this block's values for the next row, which every
-/// warp sends after reading the current row's.
-template <int R, int W = 1>
+/// share each row, for at most kSlots warps in all (warps per block times blocks). The slots and
+/// mbarriers come in two sets, used by alternate rows: a peer may send its values for the next row
+/// while this block still reads the current row's; it cannot send the row after that before it has
+/// had this block's values for the next row, which every warp sends after reading the current
+/// row's.
+template <int R, int W = 1, int kSlots = kExchangeSlots>
 struct RowExchange {
-  float slots[2][R][W][kExchangeSlots];
+  float slots[2][R][W][kSlots];
   uint64_t bars[2][R];
 
   /// Every thread, before the first row: initialises the mbarriers, each expecting the values of
@@ -85,7 +92,7 @@ struct RowExchange {
   __device__ __forceinline__ void allreduce(int r, int i, float (&v)[W], int rank, int parts,
                                             Op op) {
     warp_allreduce(v, op);
-    gather(r, i, v, rank, parts, [&](const float(&got)[W][kExchangeSlots], int senders) {
+    gather(r, i, v, rank, parts, [&](const float(&got)[W][kSlots], int senders) {
       const int lane = threadIdx.x % kWarp;
 #pragma unroll
       for (int w = 0; w < W; ++w) {
@@ -130,8 +137,10 @@ struct RowExchange {
 /// cluster too (RowExchange). The k-th call of a row is its reduction k.
 template <int kThreads, bool kSplit, int R, int W = 1>
 struct RowReducer {
+  /// The exchange a kernel declares in shared memory for this reducer.
+  using Exchange = RowExchange<R, W, kExchangeSlotsFor<kThreads, kSplit>>;
   float* scratch;
-  RowExchange<R, W>* exchange;
+  Exchange* exchange;
   int rank;
   int parts;
   int i = 0;  // the block's row count so far
@@ -162,7 +171,7 @@ struct RowReducer {
     if constexpr (kSplit) {
       const float v[2] = {warp_sum, warp_m2};
       exchange->gather(r++, i, v, rank, parts,
-                       [&](const float(&got)[2][kExchangeSlots], int senders) {
+                       [&](const float(&got)[2][kExchangeSlotsFor<kThreads, kSplit>], int senders) {
                          m = combine_moments(got[0], got[1], senders, count, [&](int s) {
                            const int k = s / warps;
                            return warp_count(min(cols - k * part_cols, part_cols), s % warps);
@@ -220,14 +229,23 @@ inline constexpr int64_t kSplitFromBytes = 32 * 1024;
 /// vecs>{}) gives the kernel of a shape: blocks of 128 threads of 4 vectors where a row needs at
 /// most kMaxSplit of them, else of 256 threads. On an H100 (bf16, 4096 x 32768) the smaller blocks
 /// measured 97.6% of copy for softmax, against 96.1% with 256 threads and 88.3% for the pipelined
-/// kernel, which longer rows keep. With `wide`, rows that need up to kMaxNonPortableSplit blocks
-/// of 128 threads take them where the device allows such clusters, before blocks of 256.
-template <typename T, class KernelFor, typename... Args>
+/// kernel. Rows too long for 8 blocks of 256 take up to kMaxNonPortableSplit of them, then (but
+/// with kWide) of 512 threads, where the device allows such clusters: 16-bit rows of up to 262144
+/// columns. On an H100 (bf16, % of copy; before: the pipelined or streamed kernels):
+///                      softmax       rms_norm     fused_add_rms_norm   layer_norm
+///   512 x 131072     83.6 (61.4)   86.9 (61.4)       93.4 (75.1)       74.8 (46.0)
+///   256 x 262144     69.2 (60.3)   72.7 (60.0)       82.7 (73.5)       40.5 (46.5)
+/// With kWide (the layer norm), rows that need up to kMaxNonPortableSplit blocks of 128 threads
+/// take them where the device allows such clusters, before blocks of 256; and its rows stay
+/// whole rather than take blocks of 512 threads, which measured slower (above; with no room in
+/// static shared memory to hold the parameters, they would fetch them from L2 for every row).
+template <typename T, bool kWide, class KernelFor, typename... Args>
 Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launched,
-                       int rows_per_cluster, bool wide, KernelFor&& kernel_for, cudaStream_t stream,
+                       int rows_per_cluster, KernelFor&& kernel_for, cudaStream_t stream,
                        Args... args) {
-  static_assert(kMaxNonPortableSplit * (128 / kWarp) <= kExchangeSlots &&
-                    kMaxSplit * (256 / kWarp) <= kExchangeSlots,
+  static_assert(kMaxNonPortableSplit * (128 / kWarp) <= kExchangeSlotsFor<128, true> &&
+                    kMaxNonPortableSplit * (256 / kWarp) <= kExchangeSlotsFor<256, true> &&
+                    kMaxNonPortableSplit * (512 / kWarp) <= kExchangeSlotsFor<512, true>,
                 "exchange slots");
   *launched = false;
   const auto launch = [&](auto shape, int max_parts) -> Status {
@@ -254,11 +272,18 @@ Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launche
   };
   if (cols <= kMaxSplit * int64_t{128} * 4 * kVec16<T>)
     return launch(CachedShape<128, 4>{}, kMaxSplit);
-  if (wide) {
+  if constexpr (kWide) {
     if (Status s = launch(CachedShape<128, 4>{}, kMaxNonPortableSplit); !s.ok() || *launched)
       return s;
   }
-  return launch(CachedShape<256, 4>{}, kMaxSplit);
+  if (Status s = launch(CachedShape<256, 4>{}, kMaxSplit); !s.ok() || *launched) return s;
+  if (Status s = launch(CachedShape<256, 4>{}, kMaxNonPortableSplit); !s.ok() || *launched)
+    return s;
+  if constexpr (kWide) {
+    return Status();
+  } else {
+    return launch(CachedShape<512, 4>{}, kMaxNonPortableSplit);
+  }
 }
 
 }  // namespace cudaops::detail::rowwise

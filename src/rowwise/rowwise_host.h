@@ -154,10 +154,11 @@ struct ParamGradPlan {
   bool cached = false;   // the cached kernel (else the streamed one)
   int config = -1;       // kCachedLadder index when cached
   int split = 0;         // else blocks per row of the split cached kernel, when > 0
+  int part_cols = 0;     // else, when > 0, columns per block of the long-row kernel (split blocks)
   int threads = 0;       // block size of the streamed or split kernel
   unsigned blocks = 0;   // persistent grid
   int64_t units = 0;     // partial rows per accumulator
-  size_t smem = 0;       // dynamic shared memory of the streamed kernel (accumulators)
+  size_t smem = 0;       // dynamic shared memory of the streamed or long-row kernel
   size_t workspace = 0;  // bytes
 };
 

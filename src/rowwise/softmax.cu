@@ -112,7 +112,7 @@ template <typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     softmax_cached(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows, int cols) {
   __shared__ float scratch[kWarp];
-  __shared__ RowExchange<2> exchange;
+  __shared__ typename RowReducer<kThreads, kSplit, 2>::Exchange exchange;
   using TileT = Tile<T, kThreads, kVecs, N>;
   const int t = threadIdx.x % kThreads;
   const RowWalk walk = row_walk<kThreads, kSplit>(cols, TileT::kCols);
@@ -379,8 +379,8 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
     }
     if (aligned) {
       bool launched = false;
-      if (Status s = launch_if_split<T>(
-              kOp, rows, cols, &launched, /*rows_per_cluster=*/1, /*wide=*/false,
+      if (Status s = launch_if_split<T, /*kWide=*/false>(
+              kOp, rows, cols, &launched, /*rows_per_cluster=*/1,
               [](auto shape) {
                 using S = decltype(shape);
                 return softmax_cached<T, S::threads, S::vecs, V, true>;

@@ -141,6 +141,30 @@ TEST_P(RowwiseLargeClusters, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Norms, RowwiseLargeClusters, ::testing::ValuesIn(LongRowCases(true)));
 
+// Rows longer than 8 split blocks of 256 threads hold (16-bit rows above 65536 columns, float32
+// above 32768), on many rows: the forward ops' clusters of 16 blocks of 256 or 512 threads, and
+// the norm backward passes' long-row kernel, whose clusters each take several rows; with part of
+// a vector at the row's end (200001 columns) and row strides past cols.
+class RowwiseVeryLongRows : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RowwiseVeryLongRows, MatchesReference) {
+  EXPECT_TRUE(CheckCase(GetParam(), nullptr));
+}
+
+std::vector<Case> VeryLongRowCases() {
+  std::vector<Case> cases;
+  for (const char* op : kOps) {
+    for (DType dtype : kDtypes) {
+      cases.push_back({op, dtype, 70, 131080, 8, 0});
+      cases.push_back({op, dtype, 19, 262144, 0, 0});
+      cases.push_back({op, dtype, 23, 200001, 7, 0});
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseVeryLongRows, ::testing::ValuesIn(VeryLongRowCases()));
+
 class RowwiseOps : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(RowwiseOps, NonDefaultStream) {
@@ -256,9 +280,9 @@ TEST_P(RowwiseDtype, InPlace) {
 // The same call twice gives the same bits: dx, dweight and dbias.
 TEST_P(RowwiseDtype, BackwardIsDeterministic) {
   const DType dtype = GetParam();
-  for (int64_t cols : {1000, 4096, 32768}) {
+  for (int64_t cols : {1000, 4096, 32768, 131072}) {
     SCOPED_TRACE("cols " + std::to_string(cols));
-    const int64_t rows = cols == 32768 ? 600 : 4099;
+    const int64_t rows = cols == 131072 ? 150 : cols == 32768 ? 600 : 4099;
     const RowShape s{rows, cols, cols};
     Matrix x, dy, weight;
     ASSERT_TRUE(x.make(dtype, s, 5).ok());
