@@ -142,9 +142,9 @@ TEST_P(RowwiseLargeClusters, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Norms, RowwiseLargeClusters, ::testing::ValuesIn(LongRowCases(true)));
 
 // Rows longer than 8 split blocks of 256 threads hold (16-bit rows above 65536 columns, float32
-// above 32768), on many rows: the forward ops' clusters of 16 blocks of 256 or 512 threads, and
-// the norm backward passes' long-row kernel, whose clusters each take several rows; with part of
-// a vector at the row's end (200001 columns) and row strides past cols.
+// above 32768), on many rows: the forward ops' clusters of 16 blocks of 256 (98312 columns) or
+// 512 threads, and the norm backward passes' long-row kernel, whose clusters each take several
+// rows; with part of a vector at the row's end (200001 columns) and row strides past cols.
 class RowwiseVeryLongRows : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RowwiseVeryLongRows, MatchesReference) {
@@ -158,6 +158,7 @@ std::vector<Case> VeryLongRowCases() {
       cases.push_back({op, dtype, 70, 131080, 8, 0});
       cases.push_back({op, dtype, 19, 262144, 0, 0});
       cases.push_back({op, dtype, 23, 200001, 7, 0});
+      cases.push_back({op, dtype, 41, 98312, 8, 0});
     }
   }
   return cases;
