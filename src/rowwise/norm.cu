@@ -648,21 +648,12 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
   constexpr int N = kVec16<T>;
   constexpr int H = N / 4;  // float4s per chunk and accumulator
   constexpr int U = kLongBatch;
-  __shared__ RowExchange<1, K, kMaxNonPortableSplit * kThreads / kWarp> exchange;
+  __shared__ typename RowReducer<kThreads, true, 1, K>::Exchange exchange;
   extern __shared__ uint4 long_smem[];
-  int rank = 0;
-  int parts = 1;
-#if CUDAOPS_HAS_CLUSTERS
-  {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    rank = static_cast<int>(cluster.block_rank());
-    parts = static_cast<int>(cluster.num_blocks());
-  }
-#endif
   const int t = static_cast<int>(threadIdx.x);
-  const int64_t offset = static_cast<int64_t>(rank) * part_cols;
-  const int64_t left = a.cols - offset;
-  const int cols = static_cast<int>(left < part_cols ? left : part_cols);  // of this part
+  const RowWalk walk = row_walk<kThreads, true>(static_cast<int>(a.cols), part_cols);
+  const int cols = walk.cols;  // of this block's part of the row
+  const int64_t offset = walk.offset;
   const int chunks = long_chunks<T, kThreads>(part_cols);
   const int per_thread = chunks / kThreads;
   uint4* held_weight = long_smem;                               // [chunks]
@@ -676,11 +667,10 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
     for (int k = 0; k < K * H; ++k)
       acc[k * chunks + q] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  const int64_t unit = blockIdx.x / parts;
-  const int64_t step = gridDim.x / parts;
-  exchange.begin(parts);
-  int i = 0;  // the block's row count
-  for (int64_t row = unit; row < a.rows; row += step, ++i) {
+  RowReducer<kThreads, true, 1, K> reduce{nullptr, &exchange, walk.rank, walk.parts};
+  exchange.begin(walk.parts);
+  const int64_t step = walk.step;
+  for (int64_t row = walk.first; row < a.rows; row += step, reduce.next_row()) {
     const T* dyr = a.dy + row * a.dy_stride + offset;
     const T* xr = a.x + row * a.x_stride + offset;
     const float mean = kLayer ? a.mean[row] : 0.0f;
@@ -725,7 +715,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
         }
       }
     }
-    exchange.allreduce(0, i, s, rank, parts, SumOp{});
+    reduce(s, SumOp{});
     const float mean_g = kLayer ? s[0] / static_cast<float>(a.cols) : 0.0f;
     const float mean_gx = s[K - 1] / static_cast<float>(a.cols);
     T* dxr = a.dx + row * a.dx_stride + offset;
@@ -772,7 +762,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
     }
   }
   // The cluster's partial row: each block its part.
-  float* partial = a.partials + unit * a.cols + offset;
+  float* partial = a.partials + static_cast<int64_t>(walk.group) * a.cols + offset;
   for (int j = 0; j < per_thread; ++j) {
     const int q = j * kThreads + t;
 #pragma unroll
@@ -1011,14 +1001,11 @@ Status plan_long_backward(const char* op, int64_t rows, int64_t cols, int smem_o
             kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         error != cudaSuccess)
       return cuda_status(error, op, "setting the shared-memory size");
-    const LaunchConfig one(static_cast<unsigned>(parts), threads, static_cast<size_t>(smem),
-                           nullptr, parts);
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.config()) != cudaSuccess) {
-      (void)cudaGetLastError();
-      clusters = 0;
-    }
-    if (clusters < 1) continue;
+    if (max_active_clusters(kernel, parts, threads, &clusters, static_cast<size_t>(smem)) !=
+            cudaSuccess ||
+        clusters < 1)
+      continue;
     plan->split = parts;
     plan->part_cols = static_cast<int>(part_cols);
     plan->threads = threads;

@@ -19,7 +19,7 @@ inline constexpr int kExchangeSlots = 64;
 /// The slots of the split blocks of kThreads threads: 16 blocks of 128 threads or 8 of 256 fill
 /// kExchangeSlots; 16 blocks of 256 or 512 threads (rows too long for those) need more.
 template <int kThreads, bool kSplit>
-inline constexpr int kExchangeSlotsFor = kSplit&& kThreads > 128
+inline constexpr int kExchangeSlotsFor = (kSplit && kThreads > 128)
                                              ? kMaxNonPortableSplit*(kThreads / kWarp)
                                              : kExchangeSlots;
 
@@ -209,11 +209,13 @@ struct RowReducer {
 
 namespace cudaops::detail::rowwise {
 
-/// Sets *clusters to the clusters of `parts` blocks of `threads` threads of `kernel` that fit the
-/// device at once. A failed query's error is cleared and returned.
+/// Sets *clusters to the clusters of `parts` blocks of `threads` threads of `kernel` (with `smem`
+/// bytes of dynamic shared memory each) that fit the device at once. A failed query's error is
+/// cleared and returned.
 template <typename... Params>
-cudaError_t max_active_clusters(void (*kernel)(Params...), int parts, int threads, int* clusters) {
-  const LaunchConfig one(static_cast<unsigned>(parts), threads, 0, nullptr, parts);
+cudaError_t max_active_clusters(void (*kernel)(Params...), int parts, int threads, int* clusters,
+                                size_t smem = 0) {
+  const LaunchConfig one(static_cast<unsigned>(parts), threads, smem, nullptr, parts);
   const cudaError_t error = cudaOccupancyMaxActiveClusters(clusters, kernel, &one.config());
   if (error != cudaSuccess) (void)cudaGetLastError();
   return error;
