@@ -670,11 +670,66 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
   RowReducer<kThreads, true, 1, K> reduce{nullptr, &exchange, walk.rank, walk.parts};
   exchange.begin(walk.parts);
   const int64_t step = walk.step;
+  // held: the first pass's loads take the whole part (up to kLongBatch chunks per thread), and
+  // the second pass uses them rather than reading the row again from L2.
+  const bool held = per_thread <= U;
+  // The second pass over chunk q (the thread's j-th) of the row: dx, and the accumulators.
+  const auto second = [&](int q, const uint4& d, const uint4& x, T* dxr, float mean, float rstd,
+                          float mean_g, float mean_gx) {
+    const int c = q * N;
+    const uint4 w = held_weight[q];
+    float dw[N], db[N];
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      load_float4(acc[h * chunks + q], &dw[4 * h]);
+      if constexpr (kLayer) load_float4(acc[(H + h) * chunks + q], &db[4 * h]);
+    }
+    float v[N];
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      const float dv = word_element<T>(d, e);
+      const float xh = (word_element<T>(x, e) - mean) * rstd;
+      dw[e] = fmaf(dv, xh, dw[e]);
+      if constexpr (kLayer) db[e] += dv;
+      v[e] = rstd * (__fmul_rn(dv, word_element<T>(w, e)) - mean_g - xh * mean_gx);
+    }
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      acc[h * chunks + q] = make_float4(dw[4 * h], dw[4 * h + 1], dw[4 * h + 2], dw[4 * h + 3]);
+      if constexpr (kLayer) {
+        acc[(H + h) * chunks + q] =
+            make_float4(db[4 * h], db[4 * h + 1], db[4 * h + 2], db[4 * h + 3]);
+      }
+    }
+    if (c + N <= cols) {
+      *reinterpret_cast<uint4*>(dxr + c) = pack_words<T>(v);
+    } else {
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        if (c + e < cols) dxr[c + e] = from_float<T>(v[e]);
+      }
+    }
+  };
   for (int64_t row = walk.first; row < a.rows; row += step, reduce.next_row()) {
     const T* dyr = a.dy + row * a.dy_stride + offset;
     const T* xr = a.x + row * a.x_stride + offset;
     const float mean = kLayer ? a.mean[row] : 0.0f;
     const float rstd = a.rstd[row];
+    // Chunks j0 to j0 + U of the thread, those it has.
+    uint4 d[U], x[U];
+    const auto load_batch = [&](int j0) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int c = ((j0 + u) * kThreads + t) * N;
+        if (j0 + u < per_thread) {
+          d[u] = load_raw<T, N>(dyr, c, cols, zero);
+          x[u] = load_raw<T, N>(xr, c, cols, zero);
+        }
+      }
+    };
+    // Held rows ask L2 for the next row after their own loads; the others before, where their
+    // first batch would otherwise wait behind the prefetches of the whole part.
+    if (held) load_batch(0);
     if (row + step < a.rows) {
       const T* next_dy = a.dy + (row + step) * a.dy_stride + offset;
       const T* next_x = a.x + (row + step) * a.x_stride + offset;
@@ -692,15 +747,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
       s[k] = 0.0f;
 #pragma unroll 1
     for (int j0 = 0; j0 < per_thread; j0 += U) {
-      uint4 d[U], x[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int c = ((j0 + u) * kThreads + t) * N;
-        if (j0 + u < per_thread) {
-          d[u] = load_raw<T, N>(dyr, c, cols, zero);
-          x[u] = load_raw<T, N>(xr, c, cols, zero);
-        }
-      }
+      if (!held) load_batch(j0);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         if (j0 + u >= per_thread) continue;
@@ -719,45 +766,19 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
     const float mean_g = kLayer ? s[0] / static_cast<float>(a.cols) : 0.0f;
     const float mean_gx = s[K - 1] / static_cast<float>(a.cols);
     T* dxr = a.dx + row * a.dx_stride + offset;
-    // One chunk at a time: two (or eight in the first pass, below kLongBatch's four) measured no
-    // faster, and the layer norm's 16-bit kernels spill with two.
+    if (held) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (u < per_thread) second(u * kThreads + t, d[u], x[u], dxr, mean, rstd, mean_g, mean_gx);
+      }
+    } else {
+      // One chunk at a time, from L2: two (or eight in the first pass, below kLongBatch's four)
+      // measured no faster, and the layer norm's 16-bit kernels spill with two.
 #pragma unroll 1
-    for (int j = 0; j < per_thread; ++j) {
-      const int q = j * kThreads + t;
-      const int c = q * N;
-      const uint4 d = load_raw<T, N>(dyr, c, cols, zero);
-      const uint4 x = load_raw<T, N>(xr, c, cols, zero);
-      const uint4 w = held_weight[q];
-      float dw[N], db[N];
-#pragma unroll
-      for (int h = 0; h < H; ++h) {
-        load_float4(acc[h * chunks + q], &dw[4 * h]);
-        if constexpr (kLayer) load_float4(acc[(H + h) * chunks + q], &db[4 * h]);
-      }
-      float v[N];
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float dv = word_element<T>(d, e);
-        const float xh = (word_element<T>(x, e) - mean) * rstd;
-        dw[e] = fmaf(dv, xh, dw[e]);
-        if constexpr (kLayer) db[e] += dv;
-        v[e] = rstd * (__fmul_rn(dv, word_element<T>(w, e)) - mean_g - xh * mean_gx);
-      }
-#pragma unroll
-      for (int h = 0; h < H; ++h) {
-        acc[h * chunks + q] = make_float4(dw[4 * h], dw[4 * h + 1], dw[4 * h + 2], dw[4 * h + 3]);
-        if constexpr (kLayer) {
-          acc[(H + h) * chunks + q] =
-              make_float4(db[4 * h], db[4 * h + 1], db[4 * h + 2], db[4 * h + 3]);
-        }
-      }
-      if (c + N <= cols) {
-        *reinterpret_cast<uint4*>(dxr + c) = pack_words<T>(v);
-      } else {
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          if (c + e < cols) dxr[c + e] = from_float<T>(v[e]);
-        }
+      for (int j = 0; j < per_thread; ++j) {
+        const int q = j * kThreads + t;
+        second(q, load_raw<T, N>(dyr, q * N, cols, zero), load_raw<T, N>(xr, q * N, cols, zero),
+               dxr, mean, rstd, mean_g, mean_gx);
       }
     }
   }
