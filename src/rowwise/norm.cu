@@ -600,20 +600,27 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
 
 // Rows too long for the split kernel's blocks to hold (16-bit rows above 65536 columns, float32
 // above 32768; or above half that where clusters keep to 8 blocks): the blocks of a cluster
-// share each row, each walking its part in chunks of 16 bytes per thread twice, reading it again
-// from L2 in the second pass. Each block keeps its part of the weight and its accumulators in
-// dynamic shared memory (long_backward_smem), every thread only its own chunks, so no barrier
-// is taken; each block asks L2 for its part of the cluster's next row before the first pass, so
-// that the memory keeps streaming while the cluster reduces. Blocks of 256 threads, or of 512
-// where a part has more than four chunks per thread of 256. On an H100 (bf16, % of copy,
-// layer_norm_backward / rms_norm_backward):
+// share each row, each walking its part in chunks of 16 bytes per thread twice. Where a part
+// has at most kLongBatch chunks per thread (16-bit rows up to 262144 columns, float32 up to
+// 131072, in clusters of 16), the first pass's loads take the whole part and the second pass
+// uses them from registers; longer parts are read again from L2 in the second pass. Each block
+// keeps its part of the weight and its accumulators in dynamic shared memory
+// (long_backward_smem), every thread only its own chunks, so no barrier is taken; each block
+// asks L2 for its part of the cluster's next row, so that the memory keeps streaming while the
+// cluster reduces. Blocks of 256 threads, or of 512 where a part has more than four chunks per
+// thread of 256. On an H100 (bf16, % of copy, layer_norm_backward / rms_norm_backward; the
+// second pass from L2):
 //                     256 threads    512 threads   256 without the prefetch
 //   512 x 131072      43.5 / 52.8    39.2 / 46.1   35.7 / 41.2
 //   256 x 262144      30.3 / 34.3    38.7 / 44.8   23.4 / 38.4
-// against 7.8 / 14.2 for the streamed kernel, which takes longer rows. The kernel is bound by
-// latency (ncu: 8 cycles between a warp's instructions, most waiting on loads); at 262144
-// columns one block per SM fits its shared memory, and 7 clusters of 16 such blocks fit the
-// device, leaving 20 of its 132 SMs idle.
+// against 7.8 / 14.2 for the streamed kernel, which takes longer rows. Holding the part in
+// registers took these to 56.1 / 67.2 (512 x 131072) and 49.3 / 59.3 (256 x 262144), and float32
+// at 256 x 131072 from 59.3 / 65.6 to 80.9 / 84.0. Loading the next row into registers instead
+// of asking L2 for it (before the cluster's reduction, or after it) measured slower: 36.7 to 46.7
+// at the 16-bit shapes, or with the L2 request as well, within 3 points of the kernel kept. The
+// kernel is bound by latency (ncu: 8 cycles between a warp's instructions, most waiting on
+// loads); at 262144 columns one block per SM fits its shared memory, and 7 clusters of 16 such
+// blocks fit the device, leaving 20 of its 132 SMs idle.
 constexpr int kLongThreads = 256;
 constexpr int kLongWideThreads = 512;
 // Chunks per thread of the first pass loaded before any is used.

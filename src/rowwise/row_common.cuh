@@ -18,7 +18,8 @@
 //   Forward rows of more than kSplitFromBytes, and the norm backward passes on rows too long for
 //   one block (which keep their parameter-gradient accumulators per block). The norm backward
 //   rows too long for the split blocks' registers take a long-row kernel (norm.cu): the blocks
-//   of a cluster share each row, walking their parts twice, the second time from L2.
+//   of a cluster share each row, walking their parts twice, the second time from registers
+//   where the part fits them, else from L2.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
