@@ -616,7 +616,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
 // against 7.8 / 14.2 for the streamed kernel, which takes longer rows. Holding the part in
 // registers took these to 56.1 / 67.2 (512 x 131072) and 49.3 / 59.3 (256 x 262144), and float32
 // at 256 x 131072 from 59.3 / 65.6 to 80.9 / 84.0. Loading the next row into registers instead
-// of asking L2 for it (before the cluster's reduction, or after it) measured slower: 36.7 to 46.7
+// of asking L2 for it (before the cluster's reduction, or after it) measured slower: 36.7 to 47.3
 // at the 16-bit shapes, or with the L2 request as well, within 3 points of the kernel kept. The
 // kernel is bound by latency (ncu: 8 cycles between a warp's instructions, most waiting on
 // loads); at 262144 columns one block per SM fits its shared memory, and 7 clusters of 16 such
@@ -680,7 +680,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
   // held: the first pass's loads take the whole part (up to kLongBatch chunks per thread), and
   // the second pass uses them rather than reading the row again from L2.
   const bool held = per_thread <= U;
-  // The second pass over chunk q (the thread's j-th) of the row: dx, and the accumulators.
+  // The second pass over chunk q of the block's part of the row: dx, and the accumulators.
   const auto second = [&](int q, const uint4& d, const uint4& x, T* dxr, float mean, float rstd,
                           float mean_g, float mean_gx) {
     const int c = q * N;
