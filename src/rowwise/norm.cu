@@ -34,14 +34,39 @@ struct NormArgs {
   float eps;
 };
 
-// Blocks per SM that the layer norm's register budget is set for (64 registers per thread); 0
-// leaves the budget to the compiler, as for the other norms. The compiler's budget for the layer
-// norm (78 to 96 registers) left room for 5 or 6 blocks of 128 threads, too few rows in flight to
-// cover the memory latency: 85.5% of copy at 32768 x 4096 bf16 on an H100, against 96.6% with the
-// cap. rms_norm and fused_add_rms_norm measured no faster with it (fused: slower). A minimum of 1,
+// The unsplit layer norm's cached shapes that load the weight and the bias into registers
+// before the reduction of the squares (as the split rms_norm does its weight), so that their trip
+// to L1 or L2 overlaps the reduction rather than following it. On an H100, % of copy (bf16 /
+// fp16 / float32, 256 MiB of x) with the parameters loaded after the reduction in 64 registers
+// (as before), and before it in 80 registers (6 blocks of 128 threads per SM) or in the
+// compiler's budget (72 to 128 registers):
+// clang-format off
+//   threads x chunks (cols)   after, 64 registers   before, 6 blocks     before, compiler's
+//   32 x 1  (256 / 128)       85.5 / 86.9 / 93.7    85.5 / 86.5 / 90.3   85.1 / 86.2 / 93.8
+//   32 x 2  (512 / 256)       94.9 / 96.1 / 96.7    88.8 / 89.9 / 95.1   97.0 / 97.0 / 96.7
+//   32 x 4  (1024 / 512)      96.1 / 96.3 / 96.2    96.8 / 96.7 / 96.9   95.9 / 97.3 / 96.7
+//   128 x 2 (2048 / 1024)     90.7 / 92.0 / 94.3    83.7 / 85.8 / 90.2   90.6 / 91.8 / 93.6
+//   128 x 4 (4096 / 2048)     96.6 / 96.5 / 96.6    97.3 / 97.5 / 97.4   92.9 / 95.0 / 96.5
+//   256 x 4 (8192 / 4096)     96.8 / 96.9 / 96.8    95.0 / 96.6 / 97.8   77.6 / 80.0 / 84.4
+// clang-format on
+// Each shape takes the column best in bf16, the first where they tie.
+template <Norm kNorm, int kThreads, int kVecs, bool kSplit>
+inline constexpr bool kEarlyLayerParams =
+    kNorm == Norm::kLayer && !kSplit &&
+    ((kVecs == 4 && kThreads <= 128) || (kVecs == 2 && kThreads == kWarp));
+
+// Blocks per SM that the layer norm's register budget is set for; 0 leaves the budget to the
+// compiler, as for the other norms. With its parameters loaded after the reduction, 64 registers
+// per thread: the compiler's budget (78 to 96 registers) left room for 5 or 6 blocks of 128
+// threads, too few rows in flight to cover the memory latency: 85.5% of copy at 32768 x 4096 bf16
+// on an H100, against 96.6% with the cap. With them loaded before it, see kEarlyLayerParams.
+// rms_norm and fused_add_rms_norm measured no faster with a cap (fused: slower). A minimum of 1,
 // for them, made the compiler take 95 rather than 62 registers.
-template <Norm kNorm, int kThreads>
-inline constexpr int kNormMinBlocks = kNorm == Norm::kLayer ? 1024 / kBlockThreads<kThreads> : 0;
+template <Norm kNorm, int kThreads, int kVecs, bool kSplit>
+inline constexpr int kNormMinBlocks = kNorm != Norm::kLayer ? 0
+                                      : !kEarlyLayerParams<kNorm, kThreads, kVecs, kSplit>
+                                          ? 1024 / kBlockThreads<kThreads>
+                                          : (kVecs == 4 ? 768 / kBlockThreads<kThreads> : 0);
 
 // The parameters' chunks are loaded kParamGroup at a time, after the reductions: one trip to L1 (or
 // L2) per group, and fewer registers than all at once.
@@ -69,7 +94,8 @@ constexpr int kLayerRowsPerCluster = 3;
 // row, after the exchange, measured 77.4% of copy (bf16, 4096 x 32768, H100); holding them in
 // registers at 6 blocks per SM 86.9%; in shared memory on a persistent grid 87.5-90.8%.
 template <Norm kNorm, typename T, int kThreads, int kVecs, int N, bool kSplit>
-__global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm, kThreads>))
+__global__ void __launch_bounds__(kBlockThreads<kThreads>,
+                                  (kNormMinBlocks<kNorm, kThreads, kVecs, kSplit>))
     norm_cached(NormArgs<T> a) {
   // One reduction per row: the sum of squares, or for the layer norm each warp's sum and M2
   // (about the warp's own mean) combined into the row's mean and M2 (RowReducer::moments).
@@ -77,7 +103,11 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
   // The split rms_norm loads its weight before the reduction, so that the trip to L2 overlaps
   // the exchange rather than following it (bf16, 4096 x 32768, H100: 97.5% of copy against
   // 92.9%). fused_add_rms_norm, with twice the bytes per row to hide it, measured no faster.
-  constexpr bool kEarlyWeight = kSplit && kNorm == Norm::kRms;
+  // The split layer norm with both parameters so (one row per cluster) measured 74.0 to 79.0%
+  // against 94.4% for kHeldParams. Some of the unsplit layer norm's shapes load them early too
+  // (kEarlyLayerParams).
+  constexpr bool kEarlyWeight =
+      (kSplit && kNorm == Norm::kRms) || kEarlyLayerParams<kNorm, kThreads, kVecs, kSplit>;
   constexpr bool kHeldParams = kSplit && kNorm == Norm::kLayer;
   static_assert(!kHeldParams || kThreads <= 256, "held parameters of 512 threads pass 48 KiB");
   // kHeldParams: the weight's and the bias's chunks of each thread, as copied.
@@ -168,8 +198,9 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
         if (TileT::col(p, t) + e < cols) squares[0] = fmaf(d, d, squares[0]);
       }
     }
-    TileT early_weight;
+    TileT early_weight, early_bias;
     if constexpr (kEarlyWeight) early_weight.load(weight, cols, t, zero);
+    if constexpr (kEarlyWeight && kNorm == Norm::kLayer) early_bias.load(bias, cols, t, zero);
     float mean = 0.0f;
     float mean_square;  // of the deviations from the mean (the layer norm) or of x
     if constexpr (kNorm == Norm::kLayer) {
@@ -201,6 +232,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>, (kNormMinBlocks<kNorm
         }
       } else if constexpr (kEarlyWeight) {
         w = early_weight;
+        if constexpr (kNorm == Norm::kLayer) b = early_bias;
       } else {
         w.load_range(weight, cols, t, zero, j0, kParamGroup);
         if constexpr (kNorm == Norm::kLayer) b.load_range(bias, cols, t, zero, j0, kParamGroup);
