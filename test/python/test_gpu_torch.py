@@ -202,3 +202,25 @@ def test_huge_array():
     assert c is a
     assert float(a[0]) == 2.0 and float(a[-1]) == 4.0 and float(a[n - 8]) == 2.0
     assert int((a == 2.0).sum()) == n - 7
+
+
+def test_results_memory_is_kept_for_the_next_call_until_empty_cache():
+    dev = torch.cuda.current_device()
+    x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    cudaops.empty_cache()
+    base = cudaops.memory_reserved(dev)
+    y = cudaops.rms_norm(x, w)
+    assert cudaops.memory_reserved(dev) >= base + y.numel() * 2
+    del y
+    torch.cuda.synchronize()
+    kept = cudaops.memory_reserved(dev)
+    assert kept >= base + x.numel() * 2  # not handed back at the synchronisation
+    y = cudaops.rms_norm(x, w)
+    torch.cuda.synchronize()
+    assert cudaops.memory_reserved(dev) == kept  # the next result takes the kept memory
+    del y
+    torch.cuda.synchronize()
+    cudaops.empty_cache()
+    assert cudaops.memory_reserved(dev) < kept

@@ -46,6 +46,13 @@ def test_device_count_never_raises():
     assert cudaops.device_count() >= 0
 
 
+def test_memory_pool_queries():
+    cudaops.empty_cache()  # nothing to hand back: no error, with or without a GPU
+    assert cudaops.memory_reserved(0) >= 0
+    with pytest.raises(ValueError, match="device"):
+        cudaops.memory_reserved(-1)
+
+
 def test_module_links_neither_cudart_nor_a_framework():
     if shutil.which("ldd") is None:
         pytest.skip("no ldd")

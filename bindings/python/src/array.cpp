@@ -3,12 +3,77 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <limits>
+#include <mutex>
 #include <string>
 #include <utility>
 
 #include "dlpack.h"
 
 namespace cudaops::python {
+
+namespace {
+
+// The memory pools that arrays allocated here come from, one per device, made on first use and
+// kept for the life of the process. Their release threshold is unbounded: memory freed by one
+// call stays in the pool for the next, where the device's default pool (threshold 0) hands it
+// back to the driver at every synchronisation, and the next call maps it again. On an H100 that
+// cost every allocating call after a synchronisation 4 to 9% of its time (bfloat16 layer-norm
+// backward at 4096 x 32768: 81.9% of copy against 86.5%, 20 calls per synchronisation).
+// empty_cache() hands the pools' unused memory back.
+std::mutex pools_mutex;
+std::vector<cudaMemPool_t> pools;  // by device; null where not made yet, or not supported
+
+// The pool of `device`, or null where the device has none (the allocation then takes the
+// device's current pool through cudaMallocAsync).
+cudaMemPool_t pool_for(int device) {
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  if (device < 0) return nullptr;
+  if (static_cast<size_t>(device) >= pools.size()) pools.resize(static_cast<size_t>(device) + 1);
+  if (pools[static_cast<size_t>(device)] != nullptr) return pools[static_cast<size_t>(device)];
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.handleTypes = cudaMemHandleTypeNone;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  if (cudaMemPoolCreate(&pool, &props) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return nullptr;
+  }
+  uint64_t keep = std::numeric_limits<uint64_t>::max();
+  if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaMemPoolDestroy(pool);
+    return nullptr;
+  }
+  pools[static_cast<size_t>(device)] = pool;
+  return pool;
+}
+
+}  // namespace
+
+void empty_cache() {
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  for (cudaMemPool_t pool : pools) {
+    if (pool == nullptr) continue;
+    check_cuda(cudaMemPoolTrimTo(pool, 0), "cudaops.empty_cache: cudaMemPoolTrimTo");
+  }
+}
+
+int64_t memory_reserved(int device) {
+  cudaMemPool_t pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pools_mutex);
+    if (device >= 0 && static_cast<size_t>(device) < pools.size())
+      pool = pools[static_cast<size_t>(device)];
+  }
+  if (pool == nullptr) return 0;
+  uint64_t bytes = 0;
+  check_cuda(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &bytes),
+             "cudaops.memory_reserved: cudaMemPoolGetAttribute");
+  return static_cast<int64_t>(bytes);
+}
 
 Allocation::~Allocation() {
   if (ptr == nullptr && ready == nullptr) return;
@@ -57,7 +122,10 @@ Array::Array(std::vector<int64_t> shape, DType dtype, int device, cudaStream_t s
   cudaError_t error;
   {
     py::gil_scoped_release nogil;
-    error = cudaMallocAsync(&memory_->ptr, static_cast<size_t>(bytes), stream);
+    cudaMemPool_t pool = pool_for(device);
+    error = pool != nullptr
+                ? cudaMallocFromPoolAsync(&memory_->ptr, static_cast<size_t>(bytes), pool, stream)
+                : cudaMallocAsync(&memory_->ptr, static_cast<size_t>(bytes), stream);
   }
   if (error != cudaSuccess) memory_->ptr = nullptr;
   check_cuda(error, std::string(op) + ": allocating " + std::to_string(bytes) +

@@ -50,6 +50,12 @@ class Array {
   cudaStream_t stream_ = cudaStreamLegacy;
 };
 
+/// Hands the unused memory of the pools that arrays come from back to the driver.
+void empty_cache();
+
+/// Bytes the pool of `device` holds from the driver, in use or not (0 before its first array).
+int64_t memory_reserved(int device);
+
 /// Number of elements of `shape`, checking each extent and the product for overflow.
 int64_t checked_size(const std::vector<int64_t>& shape, const char* op, const char* name);
 

@@ -2,6 +2,8 @@
 #include <pybind11/pybind11.h>
 
 #include <cuda_runtime_api.h>
+
+#include <string>
 #include "array.h"
 #include "array_import.h"
 
@@ -30,6 +32,27 @@ PYBIND11_MODULE(_core, m) {
         "Read torch tensors and cudaops.Array directly (True, the default) or only through "
         "DLPack and __cuda_array_interface__ (False).");
   m.def("_fast_paths", &fast_paths);
+  m.def("empty_cache", &empty_cache,
+        "Hands the memory that no cudaops array uses back to the driver, on every device. Memory "
+        "of arrays freed while work on them is still queued is handed back by a later call.");
+  m.def(
+      "memory_reserved",
+      [](py::object device) {
+        int dev = 0;
+        if (device.is_none()) {
+          check_cuda(cudaGetDevice(&dev), "cudaops.memory_reserved: CUDA is not available");
+        } else {
+          dev = device.cast<int>();
+          if (dev < 0) {
+            throw py::value_error("cudaops.memory_reserved: device: expected an index >= 0, got " +
+                                  std::to_string(dev));
+          }
+        }
+        return memory_reserved(dev);
+      },
+      py::arg("device") = py::none(),
+      "Bytes that cudaops's memory pool of `device` (default: the current one) holds from the "
+      "driver, in use by arrays or kept for the next ones.");
   m.def(
       "device_count",
       []() {
