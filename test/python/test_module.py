@@ -51,6 +51,8 @@ def test_memory_pool_queries():
     assert cudaops.memory_reserved(0) >= 0
     with pytest.raises(ValueError, match="device"):
         cudaops.memory_reserved(-1)
+    with pytest.raises(TypeError):
+        cudaops.memory_reserved("0")
 
 
 def test_module_links_neither_cudart_nor_a_framework():

@@ -1,8 +1,10 @@
 // cudaops._core: the compiled part of the cudaops package.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cuda_runtime_api.h>
 
+#include <optional>
 #include <string>
 #include "array.h"
 #include "array_import.h"
@@ -37,16 +39,15 @@ PYBIND11_MODULE(_core, m) {
         "of arrays freed while work on them is still queued is handed back by a later call.");
   m.def(
       "memory_reserved",
-      [](py::object device) {
+      [](std::optional<int> device) {
         int dev = 0;
-        if (device.is_none()) {
+        if (!device) {
           check_cuda(cudaGetDevice(&dev), "cudaops.memory_reserved: CUDA is not available");
+        } else if (*device < 0) {
+          throw py::value_error("cudaops.memory_reserved: device: expected an index >= 0, got " +
+                                std::to_string(*device));
         } else {
-          dev = device.cast<int>();
-          if (dev < 0) {
-            throw py::value_error("cudaops.memory_reserved: device: expected an index >= 0, got " +
-                                  std::to_string(dev));
-          }
+          dev = *device;
         }
         return memory_reserved(dev);
       },
