@@ -15,11 +15,12 @@
 //   issued rows ahead, then are held in registers like the cached shape.
 // - "split" (sm_90 and newer, row_exchange.cuh): the cached shape, with each row shared by the
 //   blocks of a thread-block cluster, whose reductions meet through distributed shared memory.
-//   Forward rows of more than kSplitFromBytes, and the norm backward passes on rows too long for
-//   one block (which keep their parameter-gradient accumulators per block). The norm backward
-//   rows too long for the split blocks' registers take a long-row kernel (norm.cu): the blocks
-//   of a cluster share each row, walking their parts twice, the second time from registers
-//   where the part fits them, else from L2.
+//   Forward rows of more than kSplitFromBytes, softmax_backward rows too long for its cached
+//   kernels, and the norm backward passes on rows too long for one block (which keep their
+//   parameter-gradient accumulators per block). The norm backward rows too long for the split
+//   blocks' registers take a long-row kernel (norm.cu): the blocks of a cluster share each row,
+//   walking their parts twice, the second time from registers where the part fits them, else
+//   from L2. softmax_backward takes the pipelined kernel where its rows cannot be split.
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 

@@ -226,18 +226,24 @@ __global__ void __launch_bounds__(kPipeSoftmaxThreads, kPipeSoftmaxBlocks)
   }
 }
 
-template <typename T, int kThreads, int kVecs, int N>
+// kSplit: the blocks of a cluster share each row (row_walk), their reductions meeting through
+// RowExchange, as in softmax_cached; otherwise kRowsPerBlock rows per block.
+template <typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     softmax_backward_cached(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
                             int64_t dx_stride, int64_t rows, int cols) {
   __shared__ float scratch[kWarp];
-  constexpr int kRows = kRowsPerBlock<kThreads>;
+  __shared__ typename RowReducer<kThreads, kSplit, 1>::Exchange exchange;
+  using TileT = Tile<T, kThreads, kVecs, N>;
   const int t = threadIdx.x % kThreads;
-  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + threadIdx.x / kThreads; row < rows;
-       row += static_cast<int64_t>(gridDim.x) * kRows) {
-    Tile<T, kThreads, kVecs, N> ty, tdy;
-    ty.load(y + row * y_stride, cols, t, from_float<T>(0.0f));
-    tdy.load(dy + row * dy_stride, cols, t, from_float<T>(0.0f));
+  const RowWalk walk = row_walk<kThreads, kSplit>(cols, TileT::kCols);
+  RowReducer<kThreads, kSplit, 1> reduce{scratch, &exchange, walk.rank, walk.parts};
+  if constexpr (kSplit) exchange.begin(walk.parts);
+  const T zero = from_float<T>(0.0f);
+  for (int64_t row = walk.first; row < rows; row += walk.step, reduce.next_row()) {
+    TileT ty, tdy;
+    ty.load(y + row * y_stride + walk.offset, walk.cols, t, zero);
+    tdy.load(dy + row * dy_stride + walk.offset, walk.cols, t, zero);
     float dot[1] = {0.0f};
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
@@ -245,7 +251,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
       for (int e = 0; e < N; ++e)
         dot[0] = fmaf(ty.get(j, e), tdy.get(j, e), dot[0]);
     }
-    row_allreduce<kThreads>(dot, scratch, SumOp{});
+    reduce(dot, SumOp{});
     float v[kVecs][N];
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
@@ -253,7 +259,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
       for (int e = 0; e < N; ++e)
         v[j][e] = ty.get(j, e) * (tdy.get(j, e) - dot[0]);
     }
-    store_tile<T, kThreads, kVecs, N>(dx + row * dx_stride, cols, t, v);
+    store_tile<T, kThreads, kVecs, N>(dx + row * dx_stride + walk.offset, walk.cols, t, v);
   }
 }
 
@@ -433,7 +439,7 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
       return with_cached_shape<kSoftmaxBackwardCachedCount>(config, [&](auto shape) {
         using S = decltype(shape);
         constexpr int kRows = kRowsPerBlock<S::threads>;
-        softmax_backward_cached<T, S::threads, S::vecs, V>
+        softmax_backward_cached<T, S::threads, S::vecs, V, false>
             <<<grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream>>>(
                 py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows,
                 static_cast<int>(cols));
@@ -442,6 +448,16 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
     }
     if (aligned) {
       bool launched = false;
+      if (Status s = launch_if_split<T, /*kWide=*/false>(
+              kOp, rows, cols, &launched, /*rows_per_cluster=*/1,
+              [](auto shape) {
+                using S = decltype(shape);
+                return softmax_backward_cached<T, S::threads, S::vecs, V, true>;
+              },
+              stream, py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows,
+              static_cast<int>(cols));
+          !s.ok() || launched)
+        return s;
       if (Status s = launch_if_pipelined(kOp, softmax_backward_pipelined<T>, kPipeBackwardVecs,
                                          kPipeBackwardThreads, 2, 1, rows, cols, dtype, stream,
                                          &launched, py, y.row_stride, pdy, dy.row_stride, pdx,

@@ -352,8 +352,10 @@ TEST_P(RowwiseDtype, GraphCapture) {
   for (int64_t cols : {1000, 40000}) {
     SCOPED_TRACE("cols " + std::to_string(cols));
     const RowShape s{65, cols, cols};
-    Matrix x, y, residual, weight, dz;
+    Matrix x, y, residual, weight, dz, dy_softmax, dx_softmax;
     ASSERT_TRUE(dz.make(dtype, s, 14).ok());
+    ASSERT_TRUE(dy_softmax.make(dtype, s, 15).ok());
+    ASSERT_TRUE(dx_softmax.make(dtype, s, 16).ok());
     ASSERT_TRUE(x.make(dtype, s, 8).ok());
     ASSERT_TRUE(y.make(dtype, s, 9).ok());
     ASSERT_TRUE(residual.make(dtype, s, 10).ok());
@@ -366,13 +368,16 @@ TEST_P(RowwiseDtype, GraphCapture) {
     ASSERT_TRUE(rstd.allocate(DType::kFloat32, s.rows).ok());
     ASSERT_TRUE(dweight.allocate(dtype, cols).ok());
     ASSERT_TRUE(y.device.poison(stream.get()).ok());
+    ASSERT_TRUE(dx_softmax.device.poison(stream.get()).ok());
 
-    // Captured: softmax into y, the fused op, then rms_norm_backward of the fused op's residual
-    // (dx written over dy).
+    // Captured: softmax into y and its backward from y, the fused op, then rms_norm_backward of
+    // the fused op's residual (dx written over dy).
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
     const Status s1 = softmax(x.in(), y.out(), s.rows, cols, dtype, stream.get());
+    const Status s5 = softmax_backward(y.in(), dy_softmax.in(), dx_softmax.out(), s.rows, cols,
+                                       dtype, stream.get());
     const Status s2 =
         rms_norm(x.in(), weight.device.data(), MatrixRef{nullptr, 0},
                  static_cast<float*>(rstd.data()), 0, cols, 1e-6f, dtype, stream.get());
@@ -386,6 +391,7 @@ TEST_P(RowwiseDtype, GraphCapture) {
     ASSERT_TRUE(s2.ok()) << s2.to_string();
     ASSERT_TRUE(s3.ok()) << s3.to_string();
     ASSERT_TRUE(s4.ok()) << s4.to_string();
+    ASSERT_TRUE(s5.ok()) << s5.to_string();
     // rstd comes from the fused op's residual: computed here on the host, uploaded before launch.
     const ref::FusedAddRmsNorm fused =
         ref::fused_add_rms_norm(x.host, residual.host, weight.host, s, 1e-6);
@@ -405,7 +411,11 @@ TEST_P(RowwiseDtype, GraphCapture) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
 
-    EXPECT_TRUE(Close(y.rows_now(stream.get()), ref::softmax(x.host, s), R::kValues)) << "softmax";
+    const HostArray y_now = y.rows_now(stream.get());
+    EXPECT_TRUE(Close(y_now, ref::softmax(x.host, s), R::kValues)) << "softmax";
+    EXPECT_TRUE(Close(dx_softmax.rows_now(stream.get()),
+                      ref::softmax_backward(y_now, dy_softmax.host, s), R::kGradient))
+        << "softmax_backward";
     EXPECT_TRUE(Close(x.rows_now(stream.get()), fused.y, R::kValues)) << "fused x";
     EXPECT_TRUE(Close(residual.rows_now(stream.get()), fused.residual, R::kValues))
         << "fused residual";
