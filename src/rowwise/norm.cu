@@ -50,23 +50,47 @@ struct NormArgs {
 //   256 x 4 (8192 / 4096)     96.8 / 96.9 / 96.8    95.0 / 96.6 / 97.8   77.6 / 80.0 / 84.4
 // clang-format on
 // Each shape takes the column best in bf16, the first where they tie.
-template <Norm kNorm, int kThreads, int kVecs, bool kSplit>
-inline constexpr bool kEarlyLayerParams =
-    kNorm == Norm::kLayer && !kSplit &&
-    ((kVecs == 4 && kThreads <= 128) || (kVecs == 2 && kThreads == kWarp));
+//
+// The unsplit rms_norm loads its weight early in the shapes of four chunks per thread and in one
+// warp of two, in a budget of 6 blocks of 128 threads per SM (64 to 80 registers). On an H100
+// (bf16, % of copy, two runs each; x of 128 MiB, 256 at 4096 columns, 64 at 2048): the weight
+// after the reduction in the compiler's budget (as before), before it in the compiler's budget,
+// before it at 6 and at 8 blocks per SM:
+// clang-format off
+//   threads x chunks (cols)   after       before      before, 6    before, 8
+//   32 x 1  (256)             93.5 93.4   93.5 93.7   93.5 93.6   93.7 93.7
+//   32 x 2  (512)             93.9 93.9   93.7 93.8   94.5 94.5   94.6 94.4
+//   32 x 4  (1024)            93.2 93.3   93.6 93.6   93.9 93.7   93.4 93.8
+//   128 x 2 (2048)            90.4 90.5   90.3 89.7   89.8 89.8   90.1 89.4
+//   128 x 4 (4096)            96.8 96.8   97.1 97.3   97.6 97.6   97.1 97.1
+//   256 x 4 (8192)            93.6 93.5   94.0 94.2   94.5 94.5   94.0 94.2
+// clang-format on
+// fused_add_rms_norm, with twice the bytes per row to hide the load, measured the same (within
+// 0.2) in every variant, and keeps its weight after the reduction.
+// float32 rms_norm (N = 4) was not measured so, and keeps its weight after the reduction.
+template <Norm kNorm, int kThreads, int kVecs, int N, bool kSplit>
+inline constexpr bool kEarlyParams =
+    !kSplit &&
+    ((kNorm == Norm::kLayer &&
+      ((kVecs == 4 && kThreads <= 128) || (kVecs == 2 && kThreads == kWarp))) ||
+     (kNorm == Norm::kRms && N == 8 && (kVecs == 4 || (kVecs == 2 && kThreads == kWarp))));
 
-// Blocks per SM that the layer norm's register budget is set for; 0 leaves the budget to the
-// compiler, as for the other norms. With its parameters loaded after the reduction, 64 registers
-// per thread: the compiler's budget (78 to 96 registers) left room for 5 or 6 blocks of 128
-// threads, too few rows in flight to cover the memory latency: 85.5% of copy at 32768 x 4096 bf16
-// on an H100, against 96.6% with the cap. With them loaded before it, see kEarlyLayerParams.
-// rms_norm and fused_add_rms_norm measured no faster with a cap (fused: slower). A minimum of 1,
-// for them, made the compiler take 95 rather than 62 registers.
-template <Norm kNorm, int kThreads, int kVecs, bool kSplit>
-inline constexpr int kNormMinBlocks = kNorm != Norm::kLayer ? 0
-                                      : !kEarlyLayerParams<kNorm, kThreads, kVecs, kSplit>
-                                          ? 1024 / kBlockThreads<kThreads>
-                                          : (kVecs == 4 ? 768 / kBlockThreads<kThreads> : 0);
+// Blocks per SM that the unsplit norms' register budget is set for; 0 leaves the budget to the
+// compiler. The layer norm with its parameters loaded after the reduction takes 64 registers per
+// thread: the compiler's budget (78 to 96 registers) left room for 5 or 6 blocks of 128 threads,
+// too few rows in flight to cover the memory latency: 85.5% of copy at 32768 x 4096 bf16 on an
+// H100, against 96.6% with the cap. With the parameters loaded before it, see kEarlyParams.
+// rms_norm and fused_add_rms_norm with their weight loaded after it measured no faster with a cap
+// (fused: slower). A minimum of 1, for them, made the compiler take 95 rather than 62 registers.
+template <Norm kNorm, int kThreads, int kVecs, int N, bool kSplit>
+inline constexpr int kNormMinBlocks = kNorm == Norm::kLayer
+                                          ? (!kEarlyParams<kNorm, kThreads, kVecs, N, kSplit>
+                                                 ? 1024 / kBlockThreads<kThreads>
+                                             : kVecs == 4 ? 768 / kBlockThreads<kThreads>
+                                                          : 0)
+                                      : kEarlyParams<kNorm, kThreads, kVecs, N, kSplit>
+                                          ? 768 / kBlockThreads<kThreads>
+                                          : 0;
 
 // The parameters' chunks are loaded kParamGroup at a time, after the reductions: one trip to L1 (or
 // L2) per group, and fewer registers than all at once.
@@ -95,7 +119,7 @@ constexpr int kLayerRowsPerCluster = 3;
 // registers at 6 blocks per SM 86.9%; in shared memory on a persistent grid 87.5-90.8%.
 template <Norm kNorm, typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>,
-                                  (kNormMinBlocks<kNorm, kThreads, kVecs, kSplit>))
+                                  (kNormMinBlocks<kNorm, kThreads, kVecs, N, kSplit>))
     norm_cached(NormArgs<T> a) {
   // One reduction per row: the sum of squares, or for the layer norm each warp's sum and M2
   // (about the warp's own mean) combined into the row's mean and M2 (RowReducer::moments).
@@ -105,9 +129,9 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
   // 92.9%). fused_add_rms_norm, with twice the bytes per row to hide it, measured no faster.
   // The split layer norm with both parameters so (one row per cluster) measured 74.0 to 79.0%
   // against 94.4% for kHeldParams. Some of the unsplit layer norm's shapes load them early too
-  // (kEarlyLayerParams).
+  // (kEarlyParams), as do some of the unsplit rms_norm's.
   constexpr bool kEarlyWeight =
-      (kSplit && kNorm == Norm::kRms) || kEarlyLayerParams<kNorm, kThreads, kVecs, kSplit>;
+      (kSplit && kNorm == Norm::kRms) || kEarlyParams<kNorm, kThreads, kVecs, N, kSplit>;
   constexpr bool kHeldParams = kSplit && kNorm == Norm::kLayer;
   static_assert(!kHeldParams || kThreads <= 256, "held parameters of 512 threads pass 48 KiB");
   // kHeldParams: the weight's and the bias's chunks of each thread, as copied.
