@@ -83,14 +83,15 @@ inline constexpr bool kEarlyParams =
 // rms_norm and fused_add_rms_norm with their weight loaded after it measured no faster with a cap
 // (fused: slower). A minimum of 1, for them, made the compiler take 95 rather than 62 registers.
 template <Norm kNorm, int kThreads, int kVecs, int N, bool kSplit>
-inline constexpr int kNormMinBlocks = kNorm == Norm::kLayer
-                                          ? (!kEarlyParams<kNorm, kThreads, kVecs, N, kSplit>
-                                                 ? 1024 / kBlockThreads<kThreads>
-                                             : kVecs == 4 ? 768 / kBlockThreads<kThreads>
-                                                          : 0)
-                                      : kEarlyParams<kNorm, kThreads, kVecs, N, kSplit>
-                                          ? 768 / kBlockThreads<kThreads>
-                                          : 0;
+constexpr int norm_min_blocks() {
+  if constexpr (kEarlyParams<kNorm, kThreads, kVecs, N, kSplit>) {
+    // The layer norm's early shapes of two chunks took the compiler's budget (kEarlyParams).
+    return kNorm == Norm::kLayer && kVecs != 4 ? 0 : 768 / kBlockThreads<kThreads>;
+  }
+  return kNorm == Norm::kLayer ? 1024 / kBlockThreads<kThreads> : 0;
+}
+template <Norm kNorm, int kThreads, int kVecs, int N, bool kSplit>
+inline constexpr int kNormMinBlocks = norm_min_blocks<kNorm, kThreads, kVecs, N, kSplit>();
 
 // The parameters' chunks are loaded kParamGroup at a time, after the reductions: one trip to L1 (or
 // L2) per group, and fewer registers than all at once.
