@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "core/dispatch.cuh"
 #include "core/launch.h"
@@ -40,6 +42,70 @@ Status current_device_limits(const char* op, DeviceLimits* limits) {
                                    device);
   }
   if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  return Status();
+}
+
+Status occupancy_cap_smem(const char* op, const void* kernel, int threads, int blocks,
+                          size_t* smem) {
+  *smem = 0;
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  struct Entry {
+    const void* kernel;
+    int device;
+    int threads;
+    int blocks;
+    size_t smem;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> known;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (const Entry& e : known) {
+      if (e.kernel == kernel && e.device == device && e.threads == threads && e.blocks == blocks) {
+        *smem = e.smem;
+        return Status();
+      }
+    }
+  }
+  int major = 0;
+  int per_sm = 0;
+  error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (error == cudaSuccess)
+    error = cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device);
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  size_t chosen = 0;
+  int resident = 0;
+  error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads, 0);
+  if (error != cudaSuccess) return cuda_status(error, op, "sizing the launch");
+  if (major == 9 && resident >= blocks) {
+    cudaFuncAttributes attributes = {};
+    error = cudaFuncGetAttributes(&attributes, kernel);
+    if (error != cudaSuccess) return cuda_status(error, op, "querying the kernel");
+    // Each block takes its static and dynamic shared memory and the 1 KiB the system reserves;
+    // the largest dynamic size that leaves room for `blocks` of them, less 1 KiB at a time
+    // until the occupancy calculator agrees (allocation granularity).
+    constexpr int64_t kReserved = 1024;
+    int64_t bytes =
+        int64_t{per_sm} / blocks - kReserved - static_cast<int64_t>(attributes.sharedSizeBytes);
+    bytes = bytes / 1024 * 1024;
+    for (; bytes > 0; bytes -= 1024) {
+      if (bytes > 48 * 1024) {
+        error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(bytes));
+        if (error != cudaSuccess) return cuda_status(error, op, "setting the shared-memory size");
+      }
+      error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, threads,
+                                                            static_cast<size_t>(bytes));
+      if (error != cudaSuccess) return cuda_status(error, op, "sizing the launch");
+      if (resident >= blocks) break;
+    }
+    chosen = bytes > 0 && resident == blocks ? static_cast<size_t>(bytes) : 0;
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  known.push_back({kernel, device, threads, blocks, chosen});
+  *smem = chosen;
   return Status();
 }
 

@@ -70,6 +70,13 @@ struct DeviceLimits {
 /// The current device's limits, or a status when there is no usable device.
 Status current_device_limits(const char* op, DeviceLimits* limits);
 
+/// Dynamic shared memory (bytes, unused by the kernel) that holds `kernel`, launched in blocks of
+/// `threads`, to at most `blocks` resident blocks per SM of the current device, where such a cap
+/// was measured to pay: compute capability 9.x. 0 elsewhere, and where the kernel's registers
+/// already hold it to fewer than `blocks`. Computed once per kernel and device.
+Status occupancy_cap_smem(const char* op, const void* kernel, int threads, int blocks,
+                          size_t* smem);
+
 /// The launch of a streamed kernel over rows of cols elements in chunks of n.
 struct StreamedLaunch {
   int threads = 0;  ///< about four chunks per thread, a multiple of 32 from 64 to 1024

@@ -349,6 +349,21 @@ __global__ void __launch_bounds__(kPipeBackwardThreads)
 
 }  // namespace
 
+// Blocks per SM the unsplit softmax of one warp per row is held to (occupancy_cap_smem): about
+// 48 KiB of rows in flight per SM, 6 blocks of four rows of four chunks, 12 of two chunks. On an
+// H100 (bf16, % of the 1 GiB copy, 128 MiB of x), by the unused dynamic shared memory per block
+// (KiB) and the blocks per SM that leaves:
+// clang-format off
+//   cols (chunks, registers' blocks)   0         16        20        27       36
+//   1024 (4, 9)                        95.1 (9)  95.2 (9)  95.2 (9)  96.2 (7) 96.4 (6)
+//   512 (2, 12)                        95.3 (12) 96.3 (12) 96.3 (10) 95.7 (7) 90.0 (6)
+//   256 (1, 16)                        95.8 (16) 94.7 (12) 89.9 (10) 85.3 (7) 74.1 (6)
+// clang-format on
+// With four chunks, fewer rows in flight paid; with two, the same 12 blocks paid with the shared
+// memory taken (an SM then keeps less of its 256 KiB as L1). One chunk takes no cap.
+template <int kThreads, int kVecs>
+inline constexpr int kSoftmaxCapBlocks = kThreads == kWarp&& kVecs >= 2 ? 6 * 4 / kVecs : 0;
+
 const void* softmax_family_kernel() {
   return reinterpret_cast<const void*>(softmax_streamed<float, kVec16<float>>);
 }
@@ -377,9 +392,17 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
       return with_cached_shape<kSoftmaxCachedCount>(config, [&](auto shape) {
         using S = decltype(shape);
         constexpr int kRows = kRowsPerBlock<S::threads>;
-        softmax_cached<T, S::threads, S::vecs, V, false>
-            <<<grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream>>>(
-                in, x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
+        const auto kernel = softmax_cached<T, S::threads, S::vecs, V, false>;
+        size_t smem = 0;
+        if constexpr (kSoftmaxCapBlocks < S::threads, S::vecs >> 0) {
+          if (Status s = occupancy_cap_smem(kOp, reinterpret_cast<const void*>(kernel),
+                                            kBlockThreads<S::threads>,
+                                            kSoftmaxCapBlocks<S::threads, S::vecs>, &smem);
+              !s.ok())
+            return s;
+        }
+        kernel<<<grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, smem, stream>>>(
+            in, x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
         return detail::check_launch(kOp, stream);
       });
     }
