@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(kPipeBackwardThreads)
 // With four chunks, fewer rows in flight paid; with two, the same 12 blocks paid with the shared
 // memory taken (an SM then keeps less of its 256 KiB as L1). One chunk takes no cap.
 template <int kThreads, int kVecs>
-inline constexpr int kSoftmaxCapBlocks = kThreads == kWarp&& kVecs >= 2 ? 6 * 4 / kVecs : 0;
+inline constexpr int kSoftmaxCapBlocks = (kThreads == kWarp && kVecs >= 2) ? 6 * 4 / kVecs : 0;
 
 const void* softmax_family_kernel() {
   return reinterpret_cast<const void*>(softmax_streamed<float, kVec16<float>>);
@@ -393,11 +393,11 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
         using S = decltype(shape);
         constexpr int kRows = kRowsPerBlock<S::threads>;
         const auto kernel = softmax_cached<T, S::threads, S::vecs, V, false>;
+        constexpr int kCap = kSoftmaxCapBlocks<S::threads, S::vecs>;
         size_t smem = 0;
-        if constexpr (kSoftmaxCapBlocks < S::threads, S::vecs >> 0) {
+        if constexpr (kCap > 0) {
           if (Status s = occupancy_cap_smem(kOp, reinterpret_cast<const void*>(kernel),
-                                            kBlockThreads<S::threads>,
-                                            kSoftmaxCapBlocks<S::threads, S::vecs>, &smem);
+                                            kBlockThreads<S::threads>, kCap, &smem);
               !s.ok())
             return s;
         }
