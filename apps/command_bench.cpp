@@ -153,16 +153,22 @@ int execute(BenchOptions& options) {
   harness::Timing copy_timing;
   const int64_t copy_bytes = harness::default_copy_bytes();
   if (status.ok())
-    status = harness::measure_copy_bandwidth(copy_bytes, 3, 20, &copy_gbps, &copy_timing);
+    status = harness::measure_copy_bandwidth(copy_bytes, 3, 20, &copy_gbps, &copy_timing,
+                                             options.timing.calls);
   if (!status.ok()) return report_failure(status, "measuring copy bandwidth");
 
   harness::JsonWriter w;
   if (options.timing.json) {
     w.begin_object().key("copy").begin_object().key("bytes").value(2 * copy_bytes);
-    w.key("time_us").value(copy_timing.median_ms * 1e3).key("gbps").value(copy_gbps).end_object();
+    w.key("time_us").value(copy_timing.median_ms * 1e3).key("gbps").value(copy_gbps);
+    w.key("calls").value(copy_timing.calls).end_object();
     w.key("results").begin_array();
   } else if (options.markdown) {
     const bool m = options.matched_copy;
+    if (options.timing.calls > 1) {
+      std::printf("Times per call, of timed runs of %d calls back to back (the copies' too).\n\n",
+                  options.timing.calls);
+    }
     std::printf("| op | dtype | shape | offset | time (us) | GB/s | of copy |%s check |\n",
                 m ? " of same-size copy |" : "");
     std::printf("|---|---|---|---:|---:|---:|---:|%s---|\n", m ? "---:|" : "");
@@ -170,6 +176,10 @@ int execute(BenchOptions& options) {
                 static_cast<long long>(2 * copy_bytes), copy_timing.median_ms * 1e3, copy_gbps,
                 m ? " - |" : "");
   } else {
+    if (options.timing.calls > 1) {
+      std::printf("times per call, of timed runs of %d calls back to back (the copies' too)\n",
+                  options.timing.calls);
+    }
     std::printf("device-to-device copy: %.1f GB/s (%lld bytes read + written, median %.2f us)\n\n",
                 copy_gbps, static_cast<long long>(2 * copy_bytes), copy_timing.median_ms * 1e3);
     std::printf("%-12s %-9s %-28s %6s %12s %10s %9s%s %7s\n", "op", "dtype", "shape", "offset",
@@ -209,9 +219,9 @@ int execute(BenchOptions& options) {
                           &report);
     if (status.ok() && options.matched_copy) {
       // A copy moving the case's bytes (half read, half written), timed the same way.
-      status = harness::measure_copy_bandwidth(std::max<int64_t>(report.bytes / 2, 1),
-                                               options.timing.warmup, options.timing.iters,
-                                               &report.matched_copy_gbps);
+      status = harness::measure_copy_bandwidth(
+          std::max<int64_t>(report.bytes / 2, 1), options.timing.warmup, options.timing.iters,
+          &report.matched_copy_gbps, nullptr, options.timing.calls);
       report.pct_of_matched_copy =
           report.matched_copy_gbps > 0 ? 100.0 * report.gbps / report.matched_copy_gbps : 0.0;
     }

@@ -49,7 +49,7 @@ int execute(RunOptions& options) {
   harness::Stream stream;
   Status status = stream.create();
   double copy_gbps = 0.0;
-  if (status.ok()) status = copy_yardstick(&copy_gbps);
+  if (status.ok()) status = copy_yardstick(&copy_gbps, options.timing.calls);
   if (!status.ok()) return report_failure(status, "measuring copy bandwidth");
   CaseReport report;
   status =
@@ -64,9 +64,12 @@ int execute(RunOptions& options) {
     std::printf("%s %s %s offset=%lld\n", op->name.c_str(), dtype_name(config.dtype),
                 harness::format_dims(config.dims).c_str(), static_cast<long long>(config.offset));
     if (report.checked) std::printf("  check: %s\n", report.check.describe().c_str());
-    std::printf("  time:  %.2f us median of %d (min %.2f, max %.2f)\n",
+    std::printf("  time:  %.2f us median of %d (min %.2f, max %.2f)%s\n",
                 report.timing.median_ms * 1e3, report.timing.iterations, report.timing.min_ms * 1e3,
-                report.timing.max_ms * 1e3);
+                report.timing.max_ms * 1e3,
+                report.timing.calls > 1
+                    ? (", per call of runs of " + std::to_string(report.timing.calls)).c_str()
+                    : "");
     std::printf("  rate:  %.1f GB/s for %lld bytes = %.1f%% of device copy (%.1f GB/s)\n",
                 report.gbps, static_cast<long long>(report.bytes), report.pct_of_copy, copy_gbps);
   }

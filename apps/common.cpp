@@ -52,6 +52,12 @@ void add_timing_options(CLI::App* command, TimingOptions* options) {
   command->add_option("--iters", options->iters, "timed runs; the median is reported")
       ->check(positive_integer())
       ->capture_default_str();
+  command
+      ->add_option("--calls", options->calls,
+                   "calls back to back in each timed run (the copy yardstick's too); times are "
+                   "per call")
+      ->check(positive_integer())
+      ->capture_default_str();
   command->add_option("--device", options->device, "CUDA device index")
       ->check(non_negative_integer())
       ->capture_default_str();
@@ -110,8 +116,9 @@ bool select_device(int device, bool json) {
   return usable;
 }
 
-Status copy_yardstick(double* gbps) {
-  return harness::measure_copy_bandwidth(harness::default_copy_bytes(), 3, 20, gbps);
+Status copy_yardstick(double* gbps, int calls) {
+  return harness::measure_copy_bandwidth(harness::default_copy_bytes(), 3, 20, gbps, nullptr,
+                                         calls);
 }
 
 int report_failure(const Status& status, const char* doing) {
@@ -137,7 +144,7 @@ Status measure_case(const harness::OpDescriptor& op, const harness::CaseConfig& 
     report->checked = true;
   }
   status = harness::time_on_stream([&](cudaStream_t s) { return c->run(s); }, stream, timing.warmup,
-                                   timing.iters, &report->timing);
+                                   timing.iters, &report->timing, timing.calls);
   if (!status.ok()) return status;
   report->gbps = harness::gb_per_s(report->bytes, report->timing.median_ms);
   report->pct_of_copy = copy_gbps > 0 ? 100.0 * report->gbps / copy_gbps : 0.0;
@@ -154,6 +161,7 @@ void write_report_json(harness::JsonWriter& w, const CaseReport& report) {
   w.key("time_us").begin_object();
   w.key("median").value(report.timing.median_ms * 1e3).key("min").value(report.timing.min_ms * 1e3);
   w.key("max").value(report.timing.max_ms * 1e3).key("iterations").value(report.timing.iterations);
+  w.key("calls").value(report.timing.calls);
   w.end_object();
   w.key("gbps").value(report.gbps).key("copy_gbps").value(report.copy_gbps);
   w.key("pct_of_copy").value(report.pct_of_copy);

@@ -31,6 +31,7 @@ struct UsageError {
 struct TimingOptions {
   int warmup = 10;
   int iters = 50;
+  int calls = 1;  ///< calls back to back per timed run
   int device = 0;
   bool json = false;
   uint64_t seed = 1;
@@ -52,8 +53,9 @@ std::string dtype_list(const harness::OpDescriptor& op);
 /// selecting options.device.
 bool select_device(int device, bool json);
 
-/// Measures the copy yardstick and prints nothing; exits through the returned status.
-Status copy_yardstick(double* gbps);
+/// Measures the copy yardstick (timed in runs of `calls` copies) and prints nothing; exits
+/// through the returned status.
+Status copy_yardstick(double* gbps, int calls);
 
 int report_failure(const Status& status, const char* doing);
 

@@ -1,6 +1,10 @@
 #include "core/launch.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace cudaops::detail {
 
@@ -24,6 +28,41 @@ Status cluster_image(const char* op, const void* kernel, cudaFuncAttributes* att
   error = cudaFuncGetAttributes(attributes, kernel);
   if (error != cudaSuccess) return cuda_status(error, op, "querying the kernel");
   *ok = attributes->ptxVersion >= 90 && attributes->binaryVersion >= 90;
+  return Status();
+}
+
+Status dependent_launch(const char* op, const void* kernel, bool* ok) {
+  *ok = false;
+  static const bool enabled = [] {
+    const char* value = std::getenv("CUDAOPS_DEPENDENT_LAUNCH");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  if (!enabled) return Status();
+  int device = 0;
+  const cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  struct Entry {
+    const void* kernel;
+    int device;
+    bool ok;
+  };
+  static std::mutex mutex;
+  static std::vector<Entry> known;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (const Entry& e : known) {
+      if (e.kernel == kernel && e.device == device) {
+        *ok = e.ok;
+        return Status();
+      }
+    }
+  }
+  cudaFuncAttributes attributes = {};
+  bool image = false;
+  if (Status s = cluster_image(op, kernel, &attributes, &image); !s.ok()) return s;
+  const std::lock_guard<std::mutex> lock(mutex);
+  known.push_back({kernel, device, image});
+  *ok = image;
   return Status();
 }
 

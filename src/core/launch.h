@@ -18,4 +18,10 @@ Status cuda_status(cudaError_t error, const char* op, const char* what);
 /// sm_90 or newer, running an image compiled from sm_90 PTX or newer. Fills *attributes.
 Status cluster_image(const char* op, const void* kernel, cudaFuncAttributes* attributes, bool* ok);
 
+/// Sets *ok when `kernel` is launched as dependent on the kernel before it in the stream
+/// (LaunchConfig's `dependent`): where cluster_image allows, so that the kernel's
+/// griddepcontrol.wait is compiled in, unless the environment variable CUDAOPS_DEPENDENT_LAUNCH
+/// is 0 (read once). Computed once per kernel and device.
+Status dependent_launch(const char* op, const void* kernel, bool* ok);
+
 }  // namespace cudaops::detail

@@ -34,8 +34,9 @@ class EventPool {
 }  // namespace
 
 Status time_on_stream(const std::function<Status(cudaStream_t)>& fn, cudaStream_t stream,
-                      int warmup, int iterations, Timing* timing) {
+                      int warmup, int iterations, Timing* timing, int calls) {
   if (iterations < 1) iterations = 1;
+  if (calls < 1) calls = 1;
   for (int i = 0; i < warmup; ++i) {
     Status status = fn(stream);
     if (!status.ok()) return status;
@@ -45,7 +46,8 @@ Status time_on_stream(const std::function<Status(cudaStream_t)>& fn, cudaStream_
   if (!status.ok()) return status;
   for (int i = 0; i < iterations; ++i) {
     status = cuda_check(cudaEventRecord(events[2 * i], stream), "cudaEventRecord");
-    if (status.ok()) status = fn(stream);
+    for (int c = 0; c < calls && status.ok(); ++c)
+      status = fn(stream);
     if (status.ok())
       status = cuda_check(cudaEventRecord(events[2 * i + 1], stream), "cudaEventRecord");
     if (!status.ok()) return status;
@@ -58,7 +60,7 @@ Status time_on_stream(const std::function<Status(cudaStream_t)>& fn, cudaStream_
     status = cuda_check(cudaEventElapsedTime(&elapsed, events[2 * i], events[2 * i + 1]),
                         "cudaEventElapsedTime");
     if (!status.ok()) return status;
-    ms[static_cast<size_t>(i)] = elapsed;
+    ms[static_cast<size_t>(i)] = static_cast<double>(elapsed) / calls;
   }
   std::sort(ms.begin(), ms.end());
   const size_t mid = ms.size() / 2;
@@ -66,6 +68,7 @@ Status time_on_stream(const std::function<Status(cudaStream_t)>& fn, cudaStream_
   timing->min_ms = ms.front();
   timing->max_ms = ms.back();
   timing->iterations = iterations;
+  timing->calls = calls;
   return Status();
 }
 
@@ -81,7 +84,7 @@ int64_t default_copy_bytes() {
 }
 
 Status measure_copy_bandwidth(int64_t bytes, int warmup, int iterations, double* gbps,
-                              Timing* timing) {
+                              Timing* timing, int calls) {
   DeviceBuffer src;
   DeviceBuffer dst;
   Status status = src.allocate(bytes);
@@ -99,7 +102,7 @@ Status measure_copy_bandwidth(int64_t bytes, int warmup, int iterations, double*
                                           cudaMemcpyDeviceToDevice, s),
                           "cudaMemcpyAsync device to device");
       },
-      stream.get(), warmup, iterations, &t);
+      stream.get(), warmup, iterations, &t, calls);
   if (!status.ok()) return status;
   *gbps = gb_per_s(2 * bytes, t.median_ms);
   if (timing) *timing = t;

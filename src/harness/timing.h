@@ -14,12 +14,16 @@ struct Timing {
   double min_ms = 0.0;
   double max_ms = 0.0;
   int iterations = 0;
+  int calls = 1;  ///< calls per timed run; the times above are per call
 };
 
-/// Times fn on stream with a pair of CUDA events around each of `iterations` calls, after
-/// `warmup` untimed calls; one synchronisation at the end.
+/// Times fn on stream with a pair of CUDA events around each of `iterations` runs of `calls`
+/// calls back to back, after `warmup` untimed calls; one synchronisation at the end. The times
+/// are per call: a run's over `calls`. One call per run measures what a lone call takes, its
+/// launch and its first and last blocks included; several measure the rate of calls that follow
+/// each other in a stream, as a model's layers do.
 Status time_on_stream(const std::function<Status(cudaStream_t)>& fn, cudaStream_t stream,
-                      int warmup, int iterations, Timing* timing);
+                      int warmup, int iterations, Timing* timing, int calls = 1);
 
 /// Achieved bandwidth in GB/s (1e9 bytes per second).
 inline double gb_per_s(int64_t bytes, double ms) {
@@ -29,7 +33,7 @@ inline double gb_per_s(int64_t bytes, double ms) {
 /// Device-to-device cudaMemcpyAsync of `bytes`, counting bytes read plus bytes written: the
 /// memory ceiling every op is measured against.
 Status measure_copy_bandwidth(int64_t bytes, int warmup, int iterations, double* gbps,
-                              Timing* timing = nullptr);
+                              Timing* timing = nullptr, int calls = 1);
 
 /// The copy size used as the yardstick: 1 GiB, or a quarter of free memory if that is less.
 int64_t default_copy_bytes();

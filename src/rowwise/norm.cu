@@ -122,6 +122,7 @@ template <Norm kNorm, typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>,
                                   (kNormMinBlocks<kNorm, kThreads, kVecs, N, kSplit>))
     norm_cached(NormArgs<T> a) {
+  enter_rows_kernel();
   // One reduction per row: the sum of squares, or for the layer norm each warp's sum and M2
   // (about the warp's own mean) combined into the row's mean and M2 (RowReducer::moments).
   constexpr int W = kNorm == Norm::kLayer ? 2 : 1;
@@ -303,6 +304,7 @@ inline constexpr bool kBatchedLayer = kNorm == Norm::kLayer && sizeof(T) == 4;
 
 template <Norm kNorm, typename T, int N, int kU>
 __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached) {
+  enter_rows_kernel();
   extern __shared__ float4 dynamic_smem[];
   T* cache = reinterpret_cast<T*>(dynamic_smem);
   __shared__ float scratch[kWarp];
@@ -432,6 +434,7 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
 template <typename T>
 __global__ void __launch_bounds__(kPipeThreads)
     layer_norm_pipelined(NormArgs<T> a, PipeParams params) {
+  enter_rows_kernel();
   constexpr int N = kVec16<T>;
   constexpr int kVecs = kPipeVecs;
   using TileT = StagedTile<T, kVecs>;
@@ -529,6 +532,7 @@ constexpr int kBackwardBlocksPerSm = 2;
 template <bool kLayer, typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     norm_backward_cached(NormBackwardArgs<T> a) {
+  enter_rows_kernel();
   constexpr int K = kLayer ? 2 : 1;
   __shared__ float scratch[K * kWarp];
   __shared__ typename RowReducer<kThreads, kSplit, 1, K>::Exchange exchange;
@@ -718,6 +722,7 @@ __device__ __forceinline__ void load_float4(const float4& v, float* out) {
 template <bool kLayer, typename T, int kThreads>
 __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
     norm_backward_long(NormBackwardArgs<T> a, int part_cols) {
+  enter_rows_kernel();
   constexpr int K = kLayer ? 2 : 1;
   constexpr int N = kVec16<T>;
   constexpr int H = N / 4;  // float4s per chunk and accumulator
@@ -881,6 +886,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
 template <bool kLayer, typename T, int N>
 __global__ void __launch_bounds__(1024)
     norm_backward_streamed(NormBackwardArgs<T> a, bool smem_acc) {
+  enter_rows_kernel();
   constexpr int K = kLayer ? 2 : 1;
   extern __shared__ float acc_smem[];
   __shared__ float scratch[K * kWarp];
@@ -979,9 +985,9 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
       return with_cached_shape<kNormCachedCount>(config, [&](auto shape) {
         using S = decltype(shape);
         constexpr int kRows = kRowsPerBlock<S::threads>;
-        norm_cached<kNorm, T, S::threads, S::vecs, V, false>
-            <<<grid_for((a.rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream>>>(a);
-        return check_launch(op, stream);
+        return launch_rows(
+            op, Follow::kDependent, norm_cached<kNorm, T, S::threads, S::vecs, V, false>,
+            grid_for((a.rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream, 0, a);
       });
     }
     // Rows of more than 32 KiB split over clusters (row_exchange.cuh), before the pipelined layer
@@ -1028,8 +1034,8 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
           return s;
       }
     }
-    kernel<<<grid_for(a.rows), launch.threads, launch.smem, stream>>>(a, launch.smem > 0);
-    return check_launch(op, stream);
+    return launch_rows(op, Follow::kDependent, kernel, grid_for(a.rows), launch.threads,
+                       launch.smem, stream, 0, a, launch.smem > 0);
   });
 }
 
@@ -1264,35 +1270,28 @@ Status launch_backward(const char* op, const NormBackwardArgs<void>& untyped, vo
     if (plan.cached) {
       return with_cached_shape<kBackwardCachedCount>(plan.config, [&](auto shape) {
         using S = decltype(shape);
-        norm_backward_cached<kLayer, T, S::threads, S::vecs, V, false>
-            <<<plan.blocks, kBlockThreads<S::threads>, 0, stream>>>(a);
-        return check_launch(op, stream);
+        return launch_rows(op, Follow::kPlain,
+                           norm_backward_cached<kLayer, T, S::threads, S::vecs, V, false>,
+                           plan.blocks, kBlockThreads<S::threads>, 0, stream, 0, a);
       });
     }
     if (plan.part_cols > 0) {
-      const LaunchConfig config(plan.blocks, plan.threads, plan.smem, stream, plan.split);
-      const cudaError_t error =
-          long_wide<T>(plan.part_cols)
-              ? config.launch(norm_backward_long<kLayer, T, kLongWideThreads>, a, plan.part_cols)
-              : config.launch(norm_backward_long<kLayer, T, kLongThreads>, a, plan.part_cols);
-      if (error != cudaSuccess) {
-        (void)cudaGetLastError();
-        return cuda_status(error, op, "kernel launch failed");
-      }
-      return check_launch(op, stream);
+      return long_wide<T>(plan.part_cols)
+                 ? launch_rows(op, Follow::kPlain, norm_backward_long<kLayer, T, kLongWideThreads>,
+                               plan.blocks, plan.threads, plan.smem, stream, plan.split, a,
+                               plan.part_cols)
+                 : launch_rows(op, Follow::kPlain, norm_backward_long<kLayer, T, kLongThreads>,
+                               plan.blocks, plan.threads, plan.smem, stream, plan.split, a,
+                               plan.part_cols);
     }
     if (plan.split > 0) {
-      return launch_split(op, split_kernel<kLayer, T>(), static_cast<unsigned>(plan.units),
-                          plan.split, plan.threads, stream, a);
+      return launch_split(op, Follow::kPlain, split_kernel<kLayer, T>(),
+                          static_cast<unsigned>(plan.units), plan.split, plan.threads, stream, a);
     }
-    if (aligned) {
-      norm_backward_streamed<kLayer, T, V>
-          <<<plan.blocks, plan.threads, plan.smem, stream>>>(a, plan.smem > 0);
-    } else {
-      norm_backward_streamed<kLayer, T, 1>
-          <<<plan.blocks, plan.threads, plan.smem, stream>>>(a, plan.smem > 0);
-    }
-    return check_launch(op, stream);
+    return launch_rows(
+        op, Follow::kPlain,
+        aligned ? norm_backward_streamed<kLayer, T, V> : norm_backward_streamed<kLayer, T, 1>,
+        plan.blocks, plan.threads, plan.smem, stream, 0, a, plan.smem > 0);
   });
   if (!status.ok()) return status;
   void* outputs[2] = {dweight, dbias};

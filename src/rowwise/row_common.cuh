@@ -38,6 +38,17 @@ namespace cudaops::detail::rowwise {
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarp = 32;
 
+/// The first statement of every row-wise kernel, before it touches global memory. The host
+/// launches the kernels as dependent on the kernel before them in the stream where the device
+/// allows (launch_rows, launch_split): their blocks may then be placed while that kernel's last
+/// ones run, and wait here for it to finish and its writes to be visible. Each lets the next
+/// kernel of the stream be launched once all its own blocks have started (that kernel waits in
+/// turn for this one to finish, whatever it does before).
+__device__ __forceinline__ void enter_rows_kernel() {
+  wait_for_prior_kernels();
+  allow_next_kernel();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reductions. Every lane (thread) ends with the same bits: the xor butterfly combines the same
 // pair of values in both lanes of each exchange, and the order is fixed.
@@ -594,17 +605,47 @@ Status with_cached_shape(int index, F&& f) {
 /// The cached shape of the norm backward kernel whose blocks share a row in clusters (row_walk).
 using BackwardSplitShape = CachedShape<128, 4>;
 
-/// Launches a split kernel: `clusters` clusters of `parts` blocks of `threads` threads.
+/// How a row-wise kernel follows the kernel before it in the stream.
+enum class Follow {
+  kDependent,  ///< launched as dependent on it, where dependent_launch (core/launch.h) allows
+  kPlain,      ///< launched once it has finished
+};
+
+/// Launches `kernel` as `blocks` blocks of `threads` threads with `smem` bytes of dynamic shared
+/// memory, in clusters of `cluster` blocks when it is > 0, following the kernel before it as
+/// `follow` says.
+///
+/// On an H100 (bf16, 20 calls back to back, % of copy), dependent launches of the forward
+/// kernels measured softmax 96.4 -> 98.3, rms_norm 95.4 -> 97.5 and layer_norm 94.6 -> 96.7 at
+/// 65536 x 1024, and 0.5 to 1.5 points more at 32768 x 4096 and 4096 x 32768, with
+/// softmax_backward 98.7 -> 100.2 at 65536 x 1024. The norm backward passes, whose main kernels
+/// take persistent grids and are followed by the sums of their partial rows, lost:
+/// layer_norm_backward 85.9 -> 62.5 at 4096 x 32768 and 89.9 -> 86.9 at 32768 x 4096,
+/// rms_norm_backward 91.8 -> 89.1 at 65536 x 1024. They launch plainly.
 template <typename... Params, typename... Args>
-Status launch_split(const char* op, void (*kernel)(Params...), unsigned clusters, int parts,
-                    int threads, cudaStream_t stream, Args... args) {
-  const LaunchConfig split(clusters * static_cast<unsigned>(parts), threads, 0, stream, parts);
-  const cudaError_t error = split.launch(kernel, args...);
+Status launch_rows(const char* op, Follow follow, void (*kernel)(Params...), unsigned blocks,
+                   int threads, size_t smem, cudaStream_t stream, int cluster, Args... args) {
+  bool dependent = false;
+  if (follow == Follow::kDependent) {
+    if (Status s = detail::dependent_launch(op, reinterpret_cast<const void*>(kernel), &dependent);
+        !s.ok())
+      return s;
+  }
+  const LaunchConfig config(blocks, threads, smem, stream, cluster, dependent);
+  const cudaError_t error = config.launch(kernel, args...);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();  // the launch error is reported here, not by a later call
     return detail::cuda_status(error, op, "kernel launch failed");
   }
   return detail::check_launch(op, stream);
+}
+
+/// Launches a split kernel: `clusters` clusters of `parts` blocks of `threads` threads.
+template <typename... Params, typename... Args>
+Status launch_split(const char* op, Follow follow, void (*kernel)(Params...), unsigned clusters,
+                    int parts, int threads, cudaStream_t stream, Args... args) {
+  return launch_rows(op, follow, kernel, clusters * static_cast<unsigned>(parts), threads, 0,
+                     stream, parts, args...);
 }
 
 }  // namespace cudaops::detail::rowwise

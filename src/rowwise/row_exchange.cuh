@@ -269,8 +269,8 @@ Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launche
     const int64_t clusters = std::min<int64_t>((rows + rows_per_cluster - 1) / rows_per_cluster,
                                                (int64_t{1} << 30) / parts);
     *launched = true;
-    return launch_split(op, kernel, static_cast<unsigned>(clusters), parts, S::threads, stream,
-                        args...);
+    return launch_split(op, Follow::kDependent, kernel, static_cast<unsigned>(clusters), parts,
+                        S::threads, stream, args...);
   };
   if (cols <= kMaxSplit * int64_t{128} * 4 * kVec16<T>)
     return launch(CachedShape<128, 4>{}, kMaxSplit);

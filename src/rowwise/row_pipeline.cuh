@@ -263,8 +263,8 @@ Status launch_if_pipelined(const char* op, void (*kernel)(Params...), int vecs, 
       !s.ok() || plan.blocks == 0)
     return s;
   *launched = true;
-  kernel<<<plan.blocks, plan.threads, plan.smem, stream>>>(args..., plan.params);
-  return check_launch(op, stream);
+  return launch_rows(op, Follow::kDependent, kernel, plan.blocks, plan.threads, plan.smem, stream,
+                     0, args..., plan.params);
 }
 
 }  // namespace cudaops::detail::rowwise

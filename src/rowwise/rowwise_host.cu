@@ -216,6 +216,7 @@ constexpr int64_t kReduceVectorFrom = 16384;
 template <typename T, int V>
 __global__ void __launch_bounds__(kReduceLanes* kReduceGroups)
     reduce_partials_kernel(const float* partials, int64_t units, int64_t cols, T* out0, T* out1) {
+  enter_rows_kernel();
   __shared__ float sums[kReduceGroups][V][kReduceLanes + 1];
   const int lane = threadIdx.x % kReduceLanes;
   const int group = threadIdx.x / kReduceLanes;

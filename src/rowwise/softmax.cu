@@ -111,6 +111,7 @@ __device__ __forceinline__ void softmax_of_tile(const TileT& tile, float (&v)[kV
 template <typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     softmax_cached(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows, int cols) {
+  enter_rows_kernel();
   __shared__ float scratch[kWarp];
   __shared__ typename RowReducer<kThreads, kSplit, 2>::Exchange exchange;
   using TileT = Tile<T, kThreads, kVecs, N>;
@@ -132,6 +133,7 @@ template <typename T, int N>
 __global__ void __launch_bounds__(1024)
     softmax_streamed(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows,
                      int64_t cols, bool cached) {
+  enter_rows_kernel();
   extern __shared__ float4 dynamic_smem[];
   T* cache = reinterpret_cast<T*>(dynamic_smem);
   __shared__ float scratch[kWarp];
@@ -183,6 +185,7 @@ template <typename T>
 __global__ void __launch_bounds__(kPipeSoftmaxThreads, kPipeSoftmaxBlocks)
     softmax_pipelined(const T* x, int64_t x_stride, T* y, int64_t y_stride, int64_t rows, int cols,
                       PipeParams params) {
+  enter_rows_kernel();
   constexpr int N = kVec16<T>;
   constexpr int kVecs = kPipeSoftmaxVecs;
   extern __shared__ float4 dynamic_smem[];
@@ -232,6 +235,7 @@ template <typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     softmax_backward_cached(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
                             int64_t dx_stride, int64_t rows, int cols) {
+  enter_rows_kernel();
   __shared__ float scratch[kWarp];
   __shared__ typename RowReducer<kThreads, kSplit, 1>::Exchange exchange;
   using TileT = Tile<T, kThreads, kVecs, N>;
@@ -268,6 +272,7 @@ template <typename T, int N>
 __global__ void __launch_bounds__(1024)
     softmax_backward_streamed(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
                               int64_t dx_stride, int64_t rows, int64_t cols, bool cached) {
+  enter_rows_kernel();
   extern __shared__ float4 dynamic_smem[];
   T* cache_y = reinterpret_cast<T*>(dynamic_smem);
   T* cache_dy = cache_y + padded_cols(cols);
@@ -308,6 +313,7 @@ template <typename T>
 __global__ void __launch_bounds__(kPipeBackwardThreads)
     softmax_backward_pipelined(const T* y, int64_t y_stride, const T* dy, int64_t dy_stride, T* dx,
                                int64_t dx_stride, int64_t rows, int cols, PipeParams params) {
+  enter_rows_kernel();
   constexpr int N = kVec16<T>;
   constexpr int kVecs = kPipeBackwardVecs;
   extern __shared__ float4 dynamic_smem[];
@@ -401,9 +407,9 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
               !s.ok())
             return s;
         }
-        kernel<<<grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, smem, stream>>>(
-            in, x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
-        return detail::check_launch(kOp, stream);
+        return launch_rows(kOp, Follow::kDependent, kernel, grid_for((rows + kRows - 1) / kRows),
+                           kBlockThreads<S::threads>, smem, stream, 0, in, x.row_stride, out,
+                           y.row_stride, rows, static_cast<int>(cols));
       });
     }
     if (aligned) {
@@ -430,9 +436,8 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
                                  aligned ? V : 1, dtype, &launch);
         !s.ok())
       return s;
-    kernel<<<grid_for(rows), launch.threads, launch.smem, stream>>>(
-        in, x.row_stride, out, y.row_stride, rows, cols, launch.smem > 0);
-    return detail::check_launch(kOp, stream);
+    return launch_rows(kOp, Follow::kDependent, kernel, grid_for(rows), launch.threads, launch.smem,
+                       stream, 0, in, x.row_stride, out, y.row_stride, rows, cols, launch.smem > 0);
   });
 }
 
@@ -462,11 +467,10 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
       return with_cached_shape<kSoftmaxBackwardCachedCount>(config, [&](auto shape) {
         using S = decltype(shape);
         constexpr int kRows = kRowsPerBlock<S::threads>;
-        softmax_backward_cached<T, S::threads, S::vecs, V, false>
-            <<<grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream>>>(
-                py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows,
-                static_cast<int>(cols));
-        return detail::check_launch(kOp, stream);
+        return launch_rows(
+            kOp, Follow::kDependent, softmax_backward_cached<T, S::threads, S::vecs, V, false>,
+            grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream, 0, py,
+            y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows, static_cast<int>(cols));
       });
     }
     if (aligned) {
@@ -494,9 +498,9 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
                                  aligned ? V : 1, dtype, &launch);
         !s.ok())
       return s;
-    kernel<<<grid_for(rows), launch.threads, launch.smem, stream>>>(
-        py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows, cols, launch.smem > 0);
-    return detail::check_launch(kOp, stream);
+    return launch_rows(kOp, Follow::kDependent, kernel, grid_for(rows), launch.threads, launch.smem,
+                       stream, 0, py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows,
+                       cols, launch.smem > 0);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -424,6 +425,149 @@ TEST_P(RowwiseDtype, GraphCapture) {
     HostArray dw;
     ASSERT_TRUE(dweight.download(&dw, stream.get()).ok());
     EXPECT_TRUE(Close(dw, g.dweight, R::kParamGradient)) << "rms_norm_backward dweight";
+  }
+}
+
+// Calls back to back on one stream, each reading what the one before wrote or writing what it
+// read, give the same bits as the same calls with the stream synchronised between them, and so
+// does their graph. On sm_90 the kernels are launched as dependent on the kernel before them
+// (their blocks may be placed while it finishes): this checks that each waits for it before
+// touching memory. The outputs are poisoned before each run, so a read too early shows.
+TEST_P(RowwiseDtype, ChainedCallsSeeEachOthersResults) {
+  const DType dtype = GetParam();
+  harness::Stream stream;
+  ASSERT_TRUE(stream.create().ok());
+  // Many rows of the one-warp kernels; rows split over clusters (sm_90) or streamed.
+  for (const RowShape s : {RowShape{16384, 1024, 1024}, RowShape{257, 40000, 40000}}) {
+    const int64_t rows = s.rows;
+    const int64_t cols = s.cols;
+    SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+    Matrix x, weight, bias;
+    ASSERT_TRUE(x.make(dtype, s, 21).ok());
+    ASSERT_TRUE(weight.make(dtype, {1, cols, cols}, 22).ok());
+    ASSERT_TRUE(bias.make(dtype, {1, cols, cols}, 23).ok());
+    DeviceArray a, b, c, mean, rstd1, rstd2, dweight, dweight2, dbias;
+    for (DeviceArray* m : {&a, &b, &c})
+      ASSERT_TRUE(m->allocate(dtype, rows * cols).ok());
+    for (DeviceArray* v : {&mean, &rstd1, &rstd2})
+      ASSERT_TRUE(v->allocate(DType::kFloat32, rows).ok());
+    for (DeviceArray* v : {&dweight, &dweight2, &dbias})
+      ASSERT_TRUE(v->allocate(dtype, cols).ok());
+    size_t bytes = 0, layer_bytes = 0;
+    ASSERT_TRUE(rms_norm_backward_workspace_size(rows, cols, dtype, &bytes).ok());
+    ASSERT_TRUE(layer_norm_backward_workspace_size(rows, cols, dtype, &layer_bytes).ok());
+    DeviceBuffer workspace;
+    ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(std::max(bytes, layer_bytes))).ok());
+    const auto f = [](const DeviceArray& m) { return static_cast<float*>(m.data()); };
+    const auto in = [&](const DeviceArray& m) { return ConstMatrixRef{m.data(), cols}; };
+    const auto out = [&](DeviceArray& m) { return MatrixRef{m.data(), cols}; };
+    DeviceArray* const outputs[] = {&a, &b, &c, &mean, &rstd1, &rstd2, &dweight, &dweight2, &dbias};
+
+    // The chain: each step's inputs are earlier steps' outputs (x the only input from the host).
+    const auto chain = [&](cudaStream_t st, bool sync) -> ::testing::AssertionResult {
+      const auto step = [&](const Status& status, const char* what) {
+        if (!status.ok())
+          return ::testing::AssertionFailure() << what << ": " << status.to_string();
+        if (sync && cudaStreamSynchronize(st) != cudaSuccess)
+          return ::testing::AssertionFailure() << what << ": synchronize failed";
+        return ::testing::AssertionSuccess();
+      };
+      const void* w = weight.device.data();
+      ::testing::AssertionResult r = step(layer_norm(x.in(), w, bias.device.data(), out(a), f(mean),
+                                                     f(rstd1), rows, cols, 1e-5f, dtype, st),
+                                          "layer_norm x -> a");
+      if (r)
+        r = step(rms_norm(in(a), w, out(b), f(rstd2), rows, cols, 1e-6f, dtype, st),
+                 "rms_norm a -> b");
+      if (r) r = step(softmax(in(b), x.out(), rows, cols, dtype, st), "softmax b -> x");
+      if (r)
+        r = step(softmax_backward(x.in(), in(a), out(c), rows, cols, dtype, st),
+                 "softmax_backward x, a -> c");
+      if (r)
+        r = step(fused_add_rms_norm(out(c), out(a), w, rows, cols, 1e-6f, dtype, st),
+                 "fused_add_rms_norm c, a");
+      // The gradients of the norms in place (dx over dy), from dy = x: small values, so that the
+      // float16 parameter gradients (sums over every row) stay finite.
+      if (r)
+        r = step(rms_norm_backward(x.in(), in(b), w, f(rstd2), x.out(), dweight.data(),
+                                   workspace.get(), bytes, rows, cols, dtype, st),
+                 "rms_norm_backward x, b -> x");
+      if (r)
+        r = step(
+            layer_norm_backward(x.in(), in(a), w, f(mean), f(rstd1), x.out(), dweight2.data(),
+                                dbias.data(), workspace.get(), layer_bytes, rows, cols, dtype, st),
+            "layer_norm_backward x, a -> x");
+      // A dependent launch after the plain ones of a backward pass.
+      if (r)
+        r = step(rms_norm(x.in(), w, out(c), nullptr, rows, cols, 1e-6f, dtype, st),
+                 "rms_norm x -> c");
+      return r;
+    };
+    const auto reset = [&]() {
+      ASSERT_TRUE(x.device.upload(x.host, stream.get()).ok());
+      for (DeviceArray* m : outputs)
+        ASSERT_TRUE(m->poison(stream.get()).ok());
+    };
+    const auto results = [&](std::vector<HostArray>* got) {
+      got->clear();
+      got->emplace_back();
+      ASSERT_TRUE(x.device.download(&got->back(), stream.get()).ok());
+      for (DeviceArray* m : outputs) {
+        got->emplace_back();
+        ASSERT_TRUE(m->download(&got->back(), stream.get()).ok());
+      }
+    };
+
+    std::vector<HostArray> apart, together, graphed;
+    reset();
+    ASSERT_TRUE(chain(stream.get(), true));
+    results(&apart);
+
+    reset();
+    ASSERT_TRUE(chain(stream.get(), false));
+    ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+    results(&together);
+
+    reset();
+    ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal), cudaSuccess);
+    const ::testing::AssertionResult captured = chain(stream.get(), false);
+    ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+    ASSERT_TRUE(captured);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream.get()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    results(&graphed);
+
+    const char* const names[] = {"x",     "a",     "b",       "c",        "mean",
+                                 "rstd1", "rstd2", "dweight", "dweight2", "dbias"};
+    ASSERT_EQ(apart.size(), 10u);
+    for (size_t i = 0; i < apart.size(); ++i) {
+      ASSERT_EQ(apart[i].size_bytes(), together[i].size_bytes());
+      EXPECT_EQ(std::memcmp(apart[i].data(), together[i].data(),
+                            static_cast<size_t>(apart[i].size_bytes())),
+                0)
+          << names[i] << ": back to back differs from synchronised";
+      EXPECT_EQ(std::memcmp(apart[i].data(), graphed[i].data(),
+                            static_cast<size_t>(apart[i].size_bytes())),
+                0)
+          << names[i] << ": the graph differs from synchronised";
+    }
+    // Every output of the synchronised run was written (poison is 0xff bytes: NaN), and its
+    // first step's statistics are right.
+    for (size_t i = 0; i < apart.size(); ++i) {
+      int64_t bad = 0;
+      for (int64_t k = 0; k < apart[i].size(); ++k)
+        bad += std::isfinite(apart[i].get(k)) ? 0 : 1;
+      EXPECT_EQ(bad, 0) << names[i] << ": entries not finite";
+    }
+    const ref::NormForward first = ref::layer_norm(x.host, weight.host, bias.host, s, 1e-5);
+    EXPECT_TRUE(Close(apart[4], first.mean, R::kStatistics)) << "layer_norm mean";
+    EXPECT_TRUE(Close(apart[5], first.rstd, R::kStatistics)) << "layer_norm rstd";
   }
 }
 
