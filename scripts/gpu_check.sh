@@ -68,6 +68,13 @@ check_cpp() {
     failed=1
   fi
   echo >> "$log/bench.md"
+  # The same, in runs of 20 calls back to back: a stream of calls, as a model makes them.
+  if ! $cli bench softmax softmax_backward layer_norm layer_norm_backward rms_norm \
+      rms_norm_backward fused_add_rms_norm --offsets 0 --dtype bfloat16 --calls 20 --markdown |
+    tee -a "$log/bench.md"; then
+    failed=1
+  fi
+  echo >> "$log/bench.md"
   if ! $cli bench topk --offsets 0 --markdown | tee -a "$log/bench.md"; then failed=1; fi
   echo "== jit"
   if ! python3 bench/jit_cache.py "$cli" | tee "$log/jit.md"; then failed=1; fi

@@ -616,8 +616,8 @@ enum class Follow {
 /// `follow` says.
 ///
 /// On an H100 (bf16, 20 calls back to back, % of copy), dependent launches of the forward
-/// kernels measured softmax 96.4 -> 98.3, rms_norm 95.4 -> 97.5 and layer_norm 94.6 -> 96.7 at
-/// 65536 x 1024, and 0.5 to 1.5 points more at 32768 x 4096 and 4096 x 32768, with
+/// kernels measured softmax 96.4 -> 98.6, rms_norm 95.4 -> 97.5 and layer_norm 94.6 -> 96.7 at
+/// 65536 x 1024, and 0.5 to 1.1 points more at 32768 x 4096 and 4096 x 32768, with
 /// softmax_backward 98.7 -> 100.2 at 65536 x 1024. The norm backward passes, whose main kernels
 /// take persistent grids and are followed by the sums of their partial rows, lost:
 /// layer_norm_backward 85.9 -> 62.5 at 4096 x 32768 and 89.9 -> 86.9 at 32768 x 4096,
