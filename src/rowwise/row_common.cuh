@@ -618,10 +618,18 @@ enum class Follow {
 /// On an H100 (bf16, 20 calls back to back, % of copy), dependent launches of the forward
 /// kernels measured softmax 96.4 -> 98.6, rms_norm 95.4 -> 97.5 and layer_norm 94.6 -> 96.7 at
 /// 65536 x 1024, and 0.5 to 1.1 points more at 32768 x 4096 and 4096 x 32768, with
-/// softmax_backward 98.7 -> 100.2 at 65536 x 1024. The norm backward passes, whose main kernels
-/// take persistent grids and are followed by the sums of their partial rows, lost:
-/// layer_norm_backward 85.9 -> 62.5 at 4096 x 32768 and 89.9 -> 86.9 at 32768 x 4096,
-/// rms_norm_backward 91.8 -> 89.1 at 65536 x 1024. They launch plainly.
+/// softmax_backward 98.7 -> 100.2 at 65536 x 1024.
+///
+/// Kernels on persistent grids launch plainly: the norm backward passes and the pipelined
+/// kernels. Such a grid has as many blocks as an idle device spreads evenly, and launched early it
+/// finds part of the device still busy. Dependent norm backward passes, each following the
+/// partial-row sums of the call before, measured:
+/// - layer_norm_backward 85.9 -> 62.5 at 4096 x 32768 and 89.9 -> 86.9 at 32768 x 4096;
+/// - rms_norm_backward 91.8 -> 89.1 at 65536 x 1024.
+/// With the sums kernel letting the next kernel launch only as its blocks end, rather than as they
+/// start, the same launches gained 0.2 to 1.2 points. That points at the grid being placed while
+/// other blocks still run, which any kernel before it that lets the next one start early can
+/// cause.
 template <typename... Params, typename... Args>
 Status launch_rows(const char* op, Follow follow, void (*kernel)(Params...), unsigned blocks,
                    int threads, size_t smem, cudaStream_t stream, int cluster, Args... args) {

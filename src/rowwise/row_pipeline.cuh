@@ -263,8 +263,9 @@ Status launch_if_pipelined(const char* op, void (*kernel)(Params...), int vecs, 
       !s.ok() || plan.blocks == 0)
     return s;
   *launched = true;
-  return launch_rows(op, Follow::kDependent, kernel, plan.blocks, plan.threads, plan.smem, stream,
-                     0, args..., plan.params);
+  // A persistent grid, launched plainly (Follow, row_common.cuh).
+  return launch_rows(op, Follow::kPlain, kernel, plan.blocks, plan.threads, plan.smem, stream, 0,
+                     args..., plan.params);
 }
 
 }  // namespace cudaops::detail::rowwise
