@@ -291,6 +291,123 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
   }
 }
 
+// The split layer norm of rows of at most kMaxSplit parts, G rows at once in each cluster: the
+// block's threads form G groups of kThreads, group g holding the block's part of the cluster's
+// row g. The block copies its part of the weight (group 0) and of the bias (group 1) into shared
+// memory once (cp.async) for the G rows, so that the parameters' trips to L2 are 1 / G of x's,
+// with no row waiting for another. It serves float32 rows (launch_forward has the figures).
+template <typename T, int kThreads, int kVecs, int G>
+__global__ void __launch_bounds__(kThreads* G, 1024 / (kThreads * G))
+    layer_norm_split_rows(NormArgs<T> a) {
+  enter_rows_kernel();
+  static_assert(G >= 2, "groups 0 and 1 copy the weight and the bias");
+  constexpr int N = kVec16<T>;
+  constexpr int kWarps = kThreads / kWarp;  // of a group
+  using TileT = Tile<T, kThreads, kVecs, N>;
+  __shared__ uint4 held[2][kVecs][kThreads];
+  __shared__ RowExchange<1, 2, G * kWarps * kMaxSplit> exchange;
+  const int t = static_cast<int>(threadIdx.x) % kThreads;
+  const int g = static_cast<int>(threadIdx.x) / kThreads;
+  int rank = 0;
+  int parts = 1;
+#if CUDAOPS_HAS_CLUSTERS
+  {
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    rank = static_cast<int>(cluster.block_rank());
+    parts = static_cast<int>(cluster.num_blocks());
+  }
+#endif
+  const int64_t clusters = gridDim.x / parts;
+  const int64_t first = static_cast<int64_t>(blockIdx.x / parts) * G;
+  const int offset = rank * TileT::kCols;
+  const int total = static_cast<int>(a.cols);
+  const int cols = min(total - offset, TileT::kCols);  // of this block's part of the row
+  const float count = static_cast<float>(a.cols);
+  const T zero = from_float<T>(0.0f);
+  exchange.begin(parts);
+  if (g < 2) TileT::copy_async(&held[g][0][0], (g == 0 ? a.weight : a.bias) + offset, cols, t);
+  int i = 0;
+  for (int64_t row0 = first; row0 < a.rows; row0 += clusters * G, ++i) {
+    const int64_t row = row0 + g;
+    // A group past the last row takes part in the exchange with a row of zeros, and stores
+    // nothing.
+    const bool live = row < a.rows;
+    TileT tile;
+    if (live) {
+      tile.load(a.x + row * a.x_stride + offset, cols, t, zero);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j)
+        tile.raw[j] = make_uint4(0, 0, 0, 0);
+    }
+    float sum[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+#pragma unroll
+      for (int e = 0; e < N; ++e)
+        sum[0] += tile.get(j, e);
+    }
+    warp_allreduce(sum, SumOp{});
+    // A warp past the row's end (n = 0) has a NaN center and no element that uses it.
+    const float center = sum[0] / static_cast<float>(TileT::warp_count(cols, t / kWarp));
+    tile.pin();
+    float squares[1] = {0.0f};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+      const bool inside = TileT::col(j, t) + N <= cols;
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = tile.get(j, e) - center;
+        squares[0] = inside ? fmaf(d, d, squares[0]) : squares[0];
+      }
+    }
+    if (const int p = TileT::partial(cols, t); p >= 0) {
+      const uint4 words = tile.chunk(p);
+#pragma unroll
+      for (int e = 0; e < N; ++e) {
+        const float d = word_element<T>(words, e) - center;
+        if (TileT::col(p, t) + e < cols) squares[0] = fmaf(d, d, squares[0]);
+      }
+    }
+    warp_allreduce(squares, SumOp{});
+    Moments m;
+    const float v[2] = {sum[0], squares[0]};
+    exchange.template gather<kWarps>(
+        0, i, v, rank, parts, [&](const float(&got)[2][G * kWarps * kMaxSplit], int senders) {
+          const int per_row = senders / G;
+          m = combine_moments(
+              got[0] + g * per_row, got[1] + g * per_row, per_row, count, [&](int s) {
+                const int k = s / kWarps;
+                return TileT::warp_count(min(total - k * TileT::kCols, TileT::kCols), s % kWarps);
+              });
+        });
+    const float rstd = rsqrtf(m.m2 / count + a.eps);
+    tile.pin();
+    if (i == 0) {
+      cp_async_wait_all();  // the parameters, copied by other threads of the block
+      __syncthreads();
+    }
+    if (live) {
+      if (t == 0 && rank == 0) {
+        if (a.mean != nullptr) a.mean[row] = m.mean;
+        if (a.rstd != nullptr) a.rstd[row] = rstd;
+      }
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        TileT w, b;
+        w.raw[j] = held[0][j][t];
+        b.raw[j] = held[1][j][t];
+        float y[N];
+#pragma unroll
+        for (int e = 0; e < N; ++e)
+          y[e] = fmaf((tile.get(j, e) - m.mean) * rstd, w.get(j, e), b.get(j, e));
+        tile.set(j, y);
+      }
+      tile.store(a.y + row * a.y_stride + offset, cols, t);
+    }
+  }
+}
+
 // `cached`: the row (x, or x + residual) is kept in dynamic shared memory between the passes.
 // Each pass takes kU chunks per thread at a time, their loads all issued before any is used.
 //
@@ -961,6 +1078,28 @@ __global__ void __launch_bounds__(1024)
 // ---------------------------------------------------------------------------------------------
 // Host.
 
+/// Launches layer_norm_split_rows, two rows at once per cluster, where rows split into at most
+/// kMaxSplit parts of its groups; *launched says whether it did.
+template <typename T>
+Status launch_layer_split_rows(const char* op, const NormArgs<T>& a, cudaStream_t stream,
+                               bool* launched) {
+  *launched = false;
+  constexpr int kThreads = 128;
+  constexpr int kRows = 2;
+  constexpr int64_t kPartCols = int64_t{kThreads} * 4 * kVec16<T>;
+  const auto kernel = layer_norm_split_rows<T, kThreads, 4, kRows>;
+  int parts = 0;
+  if (Status s = split_parts(op, reinterpret_cast<const void*>(kernel), a.cols, kPartCols, &parts,
+                             kMaxSplit);
+      !s.ok() || parts == 0)
+    return s;
+  const int64_t clusters =
+      std::min<int64_t>((a.rows + kRows - 1) / kRows, (int64_t{1} << 30) / parts);
+  *launched = true;
+  return launch_split(op, Follow::kDependent, kernel, static_cast<unsigned>(clusters), parts,
+                      kThreads * kRows, stream, a);
+}
+
 template <Norm kNorm>
 Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligned, DType dtype,
                       cudaStream_t stream) {
@@ -990,10 +1129,11 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
             grid_for((a.rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream, 0, a);
       });
     }
-    // Rows of more than 32 KiB split over clusters (row_exchange.cuh), before the pipelined layer
-    // norm. On an H100 the split layer norm measured 94.1% of copy at 4096 x 32768 bf16, against
-    // 85.5% pipelined; in float32 97.1% at 4096 x 32768 and 97.6% at 8192 x 16384, against 85.0%
-    // and 92.2% for the pipelined and streamed kernels.
+    // Rows of more than 32 KiB (any row too long to be cached, in the layer norm) split over
+    // clusters (row_exchange.cuh), before the pipelined layer norm. On an H100 the split layer norm
+    // measured 94.1% of copy at 4096 x 32768 bf16, against 85.5% pipelined; in float32 97.1% at
+    // 4096 x 32768 and 97.6% at 8192 x 16384, against 85.0% and 92.2% for the pipelined and
+    // streamed kernels.
     const auto try_split = [&](bool* launched) -> Status {
       return launch_if_split<T, /*kWide=*/kNorm == Norm::kLayer>(
           op, a.rows, a.cols, launched, kNorm == Norm::kLayer ? kLayerRowsPerCluster : 1,
@@ -1003,9 +1143,26 @@ Status launch_forward(const char* op, const NormArgs<void>& untyped, bool aligne
           },
           stream, a);
     };
-    const bool long_row = a.cols * static_cast<int64_t>(sizeof(T)) > kSplitFromBytes;
+    // The layer norm splits every aligned row too long for its cached kernels: float32 rows of
+    // up to kMaxSplit parts two at once per cluster (layer_norm_split_rows), others as
+    // try_split does. On an H100 (% of copy, runs of 20 calls; before: the pipelined kernel, or
+    // for float32 8192 x 16384 the split kernel of one row at a time):
+    // clang-format off
+    //   bf16 8192 x 16384    76.9 -> 94.8      float32 16384 x 8192    83.2 -> 99.3
+    //   bf16 16384 x 12288   88.1 -> 95.6      float32 16384 x 6144    91.2 -> 98.8
+    //   bf16 16384 x 10240   86.5 -> 96.5      float32 8192 x 16384    96.4 -> 97.4
+    //   fp16 8192 x 16384    77.1 -> 94.4
+    // clang-format on
+    // Two 16-bit rows at once measured slower than rows in turn: 89.2 against 95.0 at bf16
+    // 4096 x 32768, 91.0 against 94.8 at 8192 x 16384; four rows at once slower still.
+    const bool long_row =
+        kNorm == Norm::kLayer || a.cols * static_cast<int64_t>(sizeof(T)) > kSplitFromBytes;
     if (aligned && long_row) {
       bool launched = false;
+      if constexpr (kNorm == Norm::kLayer && sizeof(T) == 4) {
+        if (Status s = launch_layer_split_rows(op, a, stream, &launched); !s.ok() || launched)
+          return s;
+      }
       if (Status s = try_split(&launched); !s.ok() || launched) return s;
     }
     if (kNorm == Norm::kLayer && aligned) {

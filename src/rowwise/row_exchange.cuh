@@ -108,7 +108,12 @@ struct RowExchange {
   /// reach every block of the cluster, and read(got, senders) is called once they have all
   /// arrived: got[w][s] is value w of sender s, the warp s % (blockDim.x / 32) of the block of
   /// rank s / (blockDim.x / 32), for s < senders.
-  template <class Read>
+  ///
+  /// Where a block holds parts of several rows, its threads in groups of kGroupWarps warps, group
+  /// g holding a part of row g, the senders of each row are together: those of group g are
+  /// g * kGroupWarps * parts onwards, sender s of them the warp s % kGroupWarps of the group in the
+  /// block of rank s / kGroupWarps. 0: the block is one group.
+  template <int kGroupWarps = 0, class Read>
   __device__ __forceinline__ void gather(int r, int i, const float (&v)[W], int rank, int parts,
                                          Read&& read) {
     const int lane = threadIdx.x % kWarp;
@@ -117,7 +122,11 @@ struct RowExchange {
     // The peers' mbarriers are initialised (once, before the first value is sent).
     if (i == 0 && r == 0) cluster_wait();
     if (lane < parts) {
-      const int slot = rank * warps + static_cast<int>(threadIdx.x) / kWarp;
+      const int warp = static_cast<int>(threadIdx.x) / kWarp;
+      int slot = rank * warps + warp;
+      if constexpr (kGroupWarps > 0) {
+        slot = (warp / kGroupWarps) * kGroupWarps * parts + rank * kGroupWarps + warp % kGroupWarps;
+      }
       const uint32_t bar = peer_address(shared_address(&bars[set][r]), lane);
 #pragma unroll
       for (int w = 0; w < W; ++w)
