@@ -110,6 +110,34 @@ constexpr int kParamGroup = 2;
 // the same loss for rms_norm: 90.1% against 97.3% with a cluster per row.
 constexpr int kLayerRowsPerCluster = 3;
 
+/// The sum of the squared deviations from `center` of the thread's elements of a tile of a row
+/// (or part) of `cols` columns: whole chunks, then the one chunk that straddles the row's end (if
+/// the thread has it), whose fill past cols is 0, which is not the center.
+template <typename T, int kThreads, int kVecs, int N>
+__device__ __forceinline__ float squares_about(const Tile<T, kThreads, kVecs, N>& tile, int cols,
+                                               int t, float center) {
+  using TileT = Tile<T, kThreads, kVecs, N>;
+  float squares = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const bool inside = TileT::col(j, t) + N <= cols;
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      const float d = tile.get(j, e) - center;
+      squares = inside ? fmaf(d, d, squares) : squares;
+    }
+  }
+  if (const int p = TileT::partial(cols, t); p >= 0) {
+    const uint4 words = tile.chunk(p);
+#pragma unroll
+    for (int e = 0; e < N; ++e) {
+      const float d = word_element<T>(words, e) - center;
+      if (TileT::col(p, t) + e < cols) squares = fmaf(d, d, squares);
+    }
+  }
+  return squares;
+}
+
 // kSplit: the blocks of a cluster share each row (row_walk), their reductions meeting through
 // RowExchange; otherwise kRowsPerBlock rows per block.
 //
@@ -214,26 +242,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
       center = warp_sum / static_cast<float>(n);
       tile.pin();
     }
-    float squares[1] = {0.0f};
-    // Whole chunks, then the one chunk that straddles the row's end (if the thread has it): the
-    // fill past cols is 0, which is not the center.
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      const bool inside = TileT::col(j, t) + N <= cols;
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float d = tile.get(j, e) - center;
-        squares[0] = inside ? fmaf(d, d, squares[0]) : squares[0];
-      }
-    }
-    if (const int p = TileT::partial(cols, t); p >= 0) {
-      const uint4 words = tile.chunk(p);
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float d = word_element<T>(words, e) - center;
-        if (TileT::col(p, t) + e < cols) squares[0] = fmaf(d, d, squares[0]);
-      }
-    }
+    float squares[1] = {squares_about(tile, cols, t, center)};
     if constexpr (kEarlyWeight && !kIssueWithRow) early_weight.load(weight, cols, t, zero);
     if constexpr (kEarlyWeight && !kIssueWithRow && kNorm == Norm::kLayer)
       early_bias.load(bias, cols, t, zero);
@@ -308,26 +317,19 @@ __global__ void __launch_bounds__(kThreads* G, 1024 / (kThreads * G))
   __shared__ RowExchange<1, 2, G * kWarps * kMaxSplit> exchange;
   const int t = static_cast<int>(threadIdx.x) % kThreads;
   const int g = static_cast<int>(threadIdx.x) / kThreads;
-  int rank = 0;
-  int parts = 1;
-#if CUDAOPS_HAS_CLUSTERS
-  {
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    rank = static_cast<int>(cluster.block_rank());
-    parts = static_cast<int>(cluster.num_blocks());
-  }
-#endif
-  const int64_t clusters = gridDim.x / parts;
-  const int64_t first = static_cast<int64_t>(blockIdx.x / parts) * G;
-  const int offset = rank * TileT::kCols;
   const int total = static_cast<int>(a.cols);
-  const int cols = min(total - offset, TileT::kCols);  // of this block's part of the row
+  // The cluster's walk of one row at a time, taken G at a time.
+  const RowWalk walk = row_walk<kThreads, true>(total, TileT::kCols);
+  const int rank = walk.rank;
+  const int parts = walk.parts;
+  const int offset = walk.offset;
+  const int cols = walk.cols;  // of this block's part of the row
   const float count = static_cast<float>(a.cols);
   const T zero = from_float<T>(0.0f);
   exchange.begin(parts);
   if (g < 2) TileT::copy_async(&held[g][0][0], (g == 0 ? a.weight : a.bias) + offset, cols, t);
   int i = 0;
-  for (int64_t row0 = first; row0 < a.rows; row0 += clusters * G, ++i) {
+  for (int64_t row0 = walk.first * G; row0 < a.rows; row0 += walk.step * G, ++i) {
     const int64_t row = row0 + g;
     // A group past the last row takes part in the exchange with a row of zeros, and stores
     // nothing.
@@ -351,24 +353,7 @@ __global__ void __launch_bounds__(kThreads* G, 1024 / (kThreads * G))
     // A warp past the row's end (n = 0) has a NaN center and no element that uses it.
     const float center = sum[0] / static_cast<float>(TileT::warp_count(cols, t / kWarp));
     tile.pin();
-    float squares[1] = {0.0f};
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-      const bool inside = TileT::col(j, t) + N <= cols;
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float d = tile.get(j, e) - center;
-        squares[0] = inside ? fmaf(d, d, squares[0]) : squares[0];
-      }
-    }
-    if (const int p = TileT::partial(cols, t); p >= 0) {
-      const uint4 words = tile.chunk(p);
-#pragma unroll
-      for (int e = 0; e < N; ++e) {
-        const float d = word_element<T>(words, e) - center;
-        if (TileT::col(p, t) + e < cols) squares[0] = fmaf(d, d, squares[0]);
-      }
-    }
+    float squares[1] = {squares_about(tile, cols, t, center)};
     warp_allreduce(squares, SumOp{});
     Moments m;
     const float v[2] = {sum[0], squares[0]};
