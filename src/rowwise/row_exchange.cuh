@@ -181,7 +181,7 @@ struct RowReducer {
       const float v[2] = {warp_sum, warp_m2};
       exchange->gather(r++, i, v, rank, parts,
                        [&](const float(&got)[2][kExchangeSlotsFor<kThreads, kSplit>], int senders) {
-                         m = combine_moments(got[0], got[1], senders, count, [&](int s) {
+                         m = combine_moments<true>(got[0], got[1], senders, count, [&](int s) {
                            const int k = s / warps;
                            return warp_count(min(cols - k * part_cols, part_cols), s % warps);
                          });
@@ -198,8 +198,8 @@ struct RowReducer {
         slots[kWarp + warp] = warp_m2;
       }
       __syncthreads();
-      m = combine_moments(slots, slots + kWarp, warps, count,
-                          [&](int w) { return warp_count(cols, w); });
+      m = combine_moments<false>(slots, slots + kWarp, warps, count,
+                                 [&](int w) { return warp_count(cols, w); });
     }
     return m;
   }
