@@ -59,13 +59,6 @@ SPILL_ALLOWED = [
      "the row's last gathering block holds up to 8 items per thread in its sorts beside the "
      "chunk state, at its cap of 128 registers (512 threads); 68 bytes go to local memory, "
      "which stays in L1, once per block"),
-    (r"norm_cached<\(cudaops::detail::rowwise::\(anonymous namespace\)::Norm\)0, __nv_bfloat16, "
-     r"(\(int\))?32, (\(int\))?4, (\(int\))?8, (false|\(bool\)0)>",
-     "the layer norm of one warp per 1024-column row holds the row, the weight and the bias "
-     "(48 registers) from their loads, issued together, in a budget of 80 registers (6 blocks of "
-     "128 threads per SM); 4 bytes go to local memory (L1). On an H100 it measured 94.1-94.4% of "
-     "copy at 65536 x 1024 bf16, against 93.0-93.1% with the parameters loaded after the squares "
-     "and no spill"),
     (r"layer_norm_pipelined<__nv_bfloat16>",
      "1024 threads cap it at 64 registers, holding the row and the weight; 8 bytes of loop state "
      "stay in local memory (L1)"),
