@@ -1,5 +1,6 @@
 // layer_norm, rms_norm and fused_add_rms_norm, and the backward passes of the two norms.
 #include <algorithm>
+#include <type_traits>
 
 #include "core/dispatch.cuh"
 #include "core/kernel_families.h"
@@ -224,123 +225,139 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
   using TileT = Tile<T, kThreads, kVecs, N>;
   const int t = threadIdx.x % kThreads;
   const RowWalk walk = row_walk<kThreads, kSplit>(static_cast<int>(a.cols), TileT::kCols);
-  const int cols = walk.cols;  // of this block's part of the row
   const float count = static_cast<float>(a.cols);
+  const float inv_count = 1.0f / count;
   const T* weight = a.weight + walk.offset;
   const T* bias = kNorm == Norm::kLayer ? a.bias + walk.offset : nullptr;
   const T zero = from_float<T>(0.0f);
   RowReducer<kThreads, kSplit, 1, W> reduce{scratch, &exchange, walk.rank, walk.parts};
   if constexpr (kSplit) exchange.begin(walk.parts);
   if constexpr (kHeldParams) {
-    TileT::copy_async(&held[0][0][0], weight, cols, t);
-    TileT::copy_async(&held[1][0][0], bias, cols, t);
+    TileT::copy_async(&held[0][0][0], weight, walk.cols, t);
+    TileT::copy_async(&held[1][0][0], bias, walk.cols, t);
     if (kStaged && walk.first < a.rows)
-      TileT::copy_async(&staged[0][0], a.x + walk.first * a.x_stride + walk.offset, cols, t);
+      TileT::copy_async(&staged[0][0], a.x + walk.first * a.x_stride + walk.offset, walk.cols, t);
   }
-  for (int64_t row = walk.first; row < a.rows; row += walk.step, reduce.next_row()) {
-    TileT tile;
-    if constexpr (kStaged) {
-      cp_async_wait_all();  // this row (and, in the first, the parameters)
+  // The rows, with the block's part of each of part_cols columns: an int, or for the layer norm's
+  // parts that fill the tile, the constant TileT::kCols (walk_rows below).
+  const auto walk_rows = [&](auto part_cols) {
+    const int cols = part_cols;
+    for (int64_t row = walk.first; row < a.rows; row += walk.step, reduce.next_row()) {
+      TileT tile;
+      if constexpr (kStaged) {
+        cp_async_wait_all();  // this row (and, in the first, the parameters)
 #pragma unroll
-      for (int j = 0; j < kVecs; ++j)
-        tile.raw[j] = staged[j][t];
-      if (row + walk.step < a.rows)
-        TileT::copy_async(&staged[0][0], a.x + (row + walk.step) * a.x_stride + walk.offset, cols,
-                          t);
-    } else {
-      tile.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);
-    }
-    // The early parameters' loads follow the row's at once (kIssueWithRow), so that their trip
-    // overlaps the row's own, not only the reduction. On an H100 (bf16, % of the 1 GiB copy,
-    // 128 MiB of x): rms_norm 93.7 -> 94.6 at 65536 x 1024, 94.4 -> 95.1 at 16384 x 4096,
-    // 95.0 -> 95.8 at 8192 x 8192 and 94.8 -> 95.4 split (2048 x 32768); layer_norm 93.0 -> 94.1
-    // at 65536 x 1024 and 93.3 -> 94.6 at 16384 x 4096. The layer norm of one warp with two chunks
-    // lost (92.5 -> 91.6 at 131072 x 512), and loads them after the squares, as before.
-    constexpr bool kIssueWithRow = kEarlyWeight && !(kNorm == Norm::kLayer && kVecs == 2);
-    TileT early_weight, early_bias;
-    if constexpr (kIssueWithRow) early_weight.load(weight, cols, t, zero);
-    if constexpr (kIssueWithRow && kNorm == Norm::kLayer) early_bias.load(bias, cols, t, zero);
-    if constexpr (kNorm == Norm::kAddRms) {
-      T* residual = a.residual + row * a.residual_stride + walk.offset;
-      TileT r;
-      r.load(residual, cols, t, zero);
-#pragma unroll
-      for (int j = 0; j < kVecs; ++j) {
-        float sum[N];
-#pragma unroll
-        for (int e = 0; e < N; ++e)
-          sum[e] = tile.get(j, e) + r.get(j, e);
-        tile.set(j, sum);
+        for (int j = 0; j < kVecs; ++j)
+          tile.raw[j] = staged[j][t];
+        if (row + walk.step < a.rows)
+          TileT::copy_async(&staged[0][0], a.x + (row + walk.step) * a.x_stride + walk.offset, cols,
+                            t);
+      } else {
+        tile.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);
       }
-      tile.store(residual, cols, t);
-    }
-    float warp_sum = 0.0f;
-    float center = 0.0f;  // the layer norm's squares are taken about the warp's mean
-    if constexpr (kNorm == Norm::kLayer) {
-      float sum[1] = {tile_sum(tile)};
-      warp_allreduce(sum, SumOp{});
-      warp_sum = sum[0];
-      const int n = TileT::warp_count(cols, t / kWarp);
-      // A warp past the row's end (n = 0) has a NaN center and no element that uses it.
-      center = warp_sum / static_cast<float>(n);
-      tile.pin();
-    }
-    float squares[1] = {squares_about<kNorm == Norm::kLayer>(tile, cols, t, center)};
-    if constexpr (kEarlyWeight && !kIssueWithRow) early_weight.load(weight, cols, t, zero);
-    if constexpr (kEarlyWeight && !kIssueWithRow && kNorm == Norm::kLayer)
-      early_bias.load(bias, cols, t, zero);
-    float mean = 0.0f;
-    float mean_square;  // of the deviations from the mean (the layer norm) or of x
-    if constexpr (kNorm == Norm::kLayer) {
-      warp_allreduce(squares, SumOp{});
-      const Moments m = reduce.moments(warp_sum, squares[0], static_cast<int>(a.cols), TileT::kCols,
-                                       [](int c, int w) { return TileT::warp_count(c, w); });
-      mean = m.mean;
-      mean_square = m.m2 / count;
-    } else {
-      reduce(squares, SumOp{});
-      mean_square = squares[0] / count;
-    }
-    const float rstd = rsqrtf(mean_square + a.eps);
-    tile.pin();
-    if (t == 0 && walk.rank == 0) {
-      if (kNorm == Norm::kLayer && a.mean != nullptr) a.mean[row] = mean;
-      if (a.rstd != nullptr) a.rstd[row] = rstd;
-    }
-    // Unstaged, the parameters' copies are waited for here (staged, with the row's own).
-    if constexpr (kHeldParams && !kStaged) cp_async_wait_all();
+      // The early parameters' loads follow the row's at once (kIssueWithRow), so that their trip
+      // overlaps the row's own, not only the reduction. On an H100 (bf16, % of the 1 GiB copy,
+      // 128 MiB of x): rms_norm 93.7 -> 94.6 at 65536 x 1024, 94.4 -> 95.1 at 16384 x 4096,
+      // 95.0 -> 95.8 at 8192 x 8192 and 94.8 -> 95.4 split (2048 x 32768); layer_norm 93.0 -> 94.1
+      // at 65536 x 1024 and 93.3 -> 94.6 at 16384 x 4096. The layer norm of one warp with two
+      // chunks lost (92.5 -> 91.6 at 131072 x 512), and loads them after the squares, as before.
+      constexpr bool kIssueWithRow = kEarlyWeight && !(kNorm == Norm::kLayer && kVecs == 2);
+      [[maybe_unused]] TileT early_weight, early_bias;
+      if constexpr (kIssueWithRow) early_weight.load(weight, cols, t, zero);
+      if constexpr (kIssueWithRow && kNorm == Norm::kLayer) early_bias.load(bias, cols, t, zero);
+      if constexpr (kNorm == Norm::kAddRms) {
+        T* residual = a.residual + row * a.residual_stride + walk.offset;
+        TileT r;
+        r.load(residual, cols, t, zero);
 #pragma unroll
-    for (int j0 = 0; j0 < kVecs; j0 += kParamGroup) {
-      TileT w, b;
-      if constexpr (kHeldParams) {
+        for (int j = 0; j < kVecs; ++j) {
+          float sum[N];
+#pragma unroll
+          for (int e = 0; e < N; ++e)
+            sum[e] = tile.get(j, e) + r.get(j, e);
+          tile.set(j, sum);
+        }
+        tile.store(residual, cols, t);
+      }
+      // The layer norm's squares are taken about the warp's mean.
+      float center = 0.0f;
+      if constexpr (kNorm == Norm::kLayer) {
+        float sum[1] = {tile_sum(tile)};
+        warp_allreduce(sum, SumOp{});
+        const int n = TileT::warp_count(cols, t / kWarp);
+        // A warp past the row's end (n = 0) has a NaN center and no element that uses it.
+        center = sum[0] / static_cast<float>(n);
+        tile.pin();
+      }
+      float squares[1] = {squares_about<kNorm == Norm::kLayer>(tile, cols, t, center)};
+      if constexpr (kEarlyWeight && !kIssueWithRow) early_weight.load(weight, cols, t, zero);
+      if constexpr (kEarlyWeight && !kIssueWithRow && kNorm == Norm::kLayer)
+        early_bias.load(bias, cols, t, zero);
+      float mean = 0.0f;
+      float mean_square;  // of the deviations from the mean (the layer norm) or of x
+      if constexpr (kNorm == Norm::kLayer) {
+        warp_allreduce(squares, SumOp{});
+        const Moments m =
+            reduce.moments(center, squares[0], static_cast<int>(a.cols), TileT::kCols, inv_count,
+                           [](int c, int w) { return TileT::warp_count(c, w); });
+        mean = m.mean;
+        mean_square = m.m2 * inv_count;
+      } else {
+        reduce(squares, SumOp{});
+        mean_square = squares[0] / count;
+      }
+      const float rstd = rsqrtf(mean_square + a.eps);
+      tile.pin();
+      if (t == 0 && walk.rank == 0) {
+        if (kNorm == Norm::kLayer && a.mean != nullptr) a.mean[row] = mean;
+        if (a.rstd != nullptr) a.rstd[row] = rstd;
+      }
+      // Unstaged, the parameters' copies are waited for here (staged, with the row's own).
+      if constexpr (kHeldParams && !kStaged) cp_async_wait_all();
+#pragma unroll
+      for (int j0 = 0; j0 < kVecs; j0 += kParamGroup) {
+        [[maybe_unused]] TileT w, b;
+        if constexpr (kHeldParams) {
+#pragma unroll
+          for (int j = j0; j < j0 + kParamGroup && j < kVecs; ++j) {
+            w.raw[j] = held[0][j][t];
+            b.raw[j] = held[1][j][t];
+          }
+        } else if constexpr (kEarlyWeight) {
+          w = early_weight;
+          if constexpr (kNorm == Norm::kLayer) b = early_bias;
+        } else {
+          w.load_range(weight, cols, t, zero, j0, kParamGroup);
+          if constexpr (kNorm == Norm::kLayer) b.load_range(bias, cols, t, zero, j0, kParamGroup);
+        }
 #pragma unroll
         for (int j = j0; j < j0 + kParamGroup && j < kVecs; ++j) {
-          w.raw[j] = held[0][j][t];
-          b.raw[j] = held[1][j][t];
-        }
-      } else if constexpr (kEarlyWeight) {
-        w = early_weight;
-        if constexpr (kNorm == Norm::kLayer) b = early_bias;
-      } else {
-        w.load_range(weight, cols, t, zero, j0, kParamGroup);
-        if constexpr (kNorm == Norm::kLayer) b.load_range(bias, cols, t, zero, j0, kParamGroup);
-      }
+          float v[N];
 #pragma unroll
-      for (int j = j0; j < j0 + kParamGroup && j < kVecs; ++j) {
-        float v[N];
-#pragma unroll
-        for (int e = 0; e < N; ++e) {
-          if constexpr (kNorm == Norm::kLayer) {
-            v[e] = fmaf((tile.get(j, e) - mean) * rstd, w.get(j, e), b.get(j, e));
-          } else {
-            v[e] = w.get(j, e) * (tile.get(j, e) * rstd);
+          for (int e = 0; e < N; ++e) {
+            if constexpr (kNorm == Norm::kLayer) {
+              v[e] = fmaf((tile.get(j, e) - mean) * rstd, w.get(j, e), b.get(j, e));
+            } else {
+              v[e] = w.get(j, e) * (tile.get(j, e) * rstd);
+            }
           }
+          tile.set(j, v);
         }
-        tile.set(j, v);
       }
+      tile.store(a.y + row * a.y_stride + walk.offset, cols, t);
     }
-    tile.store(a.y + row * a.y_stride + walk.offset, cols, t);
+  };
+  // The layer norm's parts that fill the tile (every part of a row that splits evenly, and whole
+  // rows of kCols) take a copy of the loop in which the part's columns are a constant, so that
+  // none of the checks against the row's end (each chunk's loads, squares, copies and stores) is
+  // left in it.
+  if constexpr (kNorm == Norm::kLayer) {
+    if (walk.cols == TileT::kCols) {
+      walk_rows(std::integral_constant<int, TileT::kCols>{});
+      return;
+    }
   }
+  walk_rows(walk.cols);
 }
 
 // The split layer norm of rows of at most kMaxSplit parts, G rows at once in each cluster: the
@@ -368,6 +385,7 @@ __global__ void __launch_bounds__(kThreads* G, 1024 / (kThreads * G))
   const int offset = walk.offset;
   const int cols = walk.cols;  // of this block's part of the row
   const float count = static_cast<float>(a.cols);
+  const float inv_count = 1.0f / count;
   const T zero = from_float<T>(0.0f);
   exchange.begin(parts);
   if (g < 2) TileT::copy_async(&held[g][0][0], (g == 0 ? a.weight : a.bias) + offset, cols, t);
@@ -393,17 +411,17 @@ __global__ void __launch_bounds__(kThreads* G, 1024 / (kThreads * G))
     float squares[1] = {squares_about<true>(tile, cols, t, center)};
     warp_allreduce(squares, SumOp{});
     Moments m;
-    const float v[2] = {sum[0], squares[0]};
+    const float v[2] = {center, squares[0]};
     exchange.template gather<kWarps>(
         0, i, v, rank, parts, [&](const float(&got)[2][G * kWarps * kMaxSplit], int senders) {
           const int per_row = senders / G;
-          m = combine_moments<true>(
-              got[0] + g * per_row, got[1] + g * per_row, per_row, count, [&](int s) {
+          m = combine_moments<true, kWarps * kMaxSplit>(
+              got[0] + g * per_row, got[1] + g * per_row, per_row, count, inv_count, [&](int s) {
                 const int k = s / kWarps;
                 return TileT::warp_count(min(total - k * TileT::kCols, TileT::kCols), s % kWarps);
               });
         });
-    const float rstd = rsqrtf(m.m2 / count + a.eps);
+    const float rstd = rsqrtf(m.m2 * inv_count + a.eps);
     tile.pin();
     if (i == 0) {
       cp_async_wait_all();  // the parameters, copied by other threads of the block

@@ -163,43 +163,45 @@ struct RowReducer {
       row_allreduce<kThreads>(v, scratch, op);
     }
   }
-  /// The mean and the sum of squared deviations (M2) of a row, from each warp's sum and M2 about
-  /// its own mean (warp_sum and warp_m2, the same in each of the warp's lanes): one exchange (or
-  /// one block barrier) where two reductions, the sum and then the squares about the mean, would
-  /// take two. count is the row's length; warp_count(c, w) the elements of a part of c columns
-  /// held by warp w of its block (the part of the block of rank k holding
+  /// The mean and the sum of squared deviations (M2) of a row, from each warp's mean and M2 about
+  /// it (warp_mean and warp_m2, the same in each of the warp's lanes): one exchange (or one block
+  /// barrier) where two reductions, the sum and then the squares about the mean, would take two.
+  /// cols is the row's length and inv_count 1 / cols; warp_count(c, w) the elements of a part of
+  /// c columns held by warp w of its block (the part of the block of rank k holding
   /// min(cols - k * part_cols, part_cols) of them). Needs W == 2 and, for whole-block rows,
   /// kMomentsScratch floats of scratch.
   template <class WarpCount>
-  __device__ __forceinline__ Moments moments(float warp_sum, float warp_m2, int cols, int part_cols,
-                                             WarpCount warp_count) {
-    static_assert(W == 2, "moments exchange a sum and an M2 per warp");
-    const float count = static_cast<float>(cols);
+  __device__ __forceinline__ Moments moments(float warp_mean, float warp_m2, int cols,
+                                             int part_cols, float inv_count, WarpCount warp_count) {
+    static_assert(W == 2, "moments exchange a mean and an M2 per warp");
     const int warps = kThreads / kWarp;
     Moments m;
     if constexpr (kSplit) {
-      const float v[2] = {warp_sum, warp_m2};
+      const float v[2] = {warp_mean, warp_m2};
       exchange->gather(r++, i, v, rank, parts,
                        [&](const float(&got)[2][kExchangeSlotsFor<kThreads, kSplit>], int senders) {
-                         m = combine_moments<true>(got[0], got[1], senders, count, [&](int s) {
-                           const int k = s / warps;
-                           return warp_count(min(cols - k * part_cols, part_cols), s % warps);
-                         });
+                         m = combine_moments<true, kExchangeSlotsFor<kThreads, kSplit>>(
+                             got[0], got[1], senders, static_cast<float>(cols), inv_count,
+                             [&](int s) {
+                               const int k = s / warps;
+                               return warp_count(min(cols - k * part_cols, part_cols), s % warps);
+                             });
                        });
     } else if constexpr (kThreads == kWarp) {
-      m = {warp_sum / count, warp_m2};
+      m = {warp_mean, warp_m2};
     } else {
       // Two sets of slots, used by alternate rows: a set is written again two rows later, after
       // every thread has read it and passed the barrier of the row in between.
       float* slots = scratch + (i & 1) * 2 * kWarp;
       const int warp = static_cast<int>(threadIdx.x) / kWarp;
       if (threadIdx.x % kWarp == 0) {
-        slots[warp] = warp_sum;
+        slots[warp] = warp_mean;
         slots[kWarp + warp] = warp_m2;
       }
       __syncthreads();
-      m = combine_moments<false>(slots, slots + kWarp, warps, count,
-                                 [&](int w) { return warp_count(cols, w); });
+      m = combine_moments<false, kThreads / kWarp>(slots, slots + kWarp, warps,
+                                                   static_cast<float>(cols), inv_count,
+                                                   [&](int w) { return warp_count(cols, w); });
     }
     return m;
   }
