@@ -279,14 +279,15 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
         }
         tile.store(residual, cols, t);
       }
-      // The layer norm's squares are taken about the warp's mean.
-      float center = 0.0f;
+      [[maybe_unused]] float warp_sum = 0.0f;
+      float center = 0.0f;  // the layer norm's squares are taken about the warp's mean
       if constexpr (kNorm == Norm::kLayer) {
         float sum[1] = {tile_sum(tile)};
         warp_allreduce(sum, SumOp{});
+        warp_sum = sum[0];
         const int n = TileT::warp_count(cols, t / kWarp);
         // A warp past the row's end (n = 0) has a NaN center and no element that uses it.
-        center = sum[0] / static_cast<float>(n);
+        center = warp_sum / static_cast<float>(n);
         tile.pin();
       }
       float squares[1] = {squares_about<kNorm == Norm::kLayer>(tile, cols, t, center)};
@@ -298,10 +299,10 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
       if constexpr (kNorm == Norm::kLayer) {
         warp_allreduce(squares, SumOp{});
         const Moments m =
-            reduce.moments(center, squares[0], static_cast<int>(a.cols), TileT::kCols, inv_count,
-                           [](int c, int w) { return TileT::warp_count(c, w); });
+            reduce.moments(warp_sum, center, squares[0], static_cast<int>(a.cols), TileT::kCols,
+                           inv_count, [](int c, int w) { return TileT::warp_count(c, w); });
         mean = m.mean;
-        mean_square = m.m2 * inv_count;
+        mean_square = kSplit ? m.m2 * inv_count : m.m2 / count;
       } else {
         reduce(squares, SumOp{});
         mean_square = squares[0] / count;
@@ -347,11 +348,15 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
       tile.store(a.y + row * a.y_stride + walk.offset, cols, t);
     }
   };
-  // The layer norm's parts that fill the tile (every part of a row that splits evenly, and whole
-  // rows of kCols) take a copy of the loop in which the part's columns are a constant, so that
-  // none of the checks against the row's end (each chunk's loads, squares, copies and stores) is
-  // left in it.
-  if constexpr (kNorm == Norm::kLayer) {
+  // The split layer norm's parts that fill the tile (every part of a row that splits evenly) take
+  // a copy of the loop in which the part's columns are a constant, so that none of the checks
+  // against the row's end (each chunk's loads, squares, copies and stores) is left in it: on an
+  // H100 (bf16, % of copy, runs of 20 calls) 96.9 -> 97.8 at 4096 x 32768, 97.4 -> 98.0 at
+  // 8192 x 16384 and 96.4 -> 98.0 at 2048 x 65536, with the moments' combine of warp means
+  // (combine_moments). Whole rows of kCols so measured 87.7 -> 94.1 at 16384 x 2048, but within
+  // 0.2 at 65536 x 1024 and 32768 x 4096, and with the copy in their register budgets the 16-bit
+  // kernels of 4 chunks spilled (4 to 116 bytes): they keep the one loop.
+  if constexpr (kNorm == Norm::kLayer && kSplit) {
     if (walk.cols == TileT::kCols) {
       walk_rows(std::integral_constant<int, TileT::kCols>{});
       return;
@@ -415,7 +420,7 @@ __global__ void __launch_bounds__(kThreads* G, 1024 / (kThreads * G))
     exchange.template gather<kWarps>(
         0, i, v, rank, parts, [&](const float(&got)[2][G * kWarps * kMaxSplit], int senders) {
           const int per_row = senders / G;
-          m = combine_moments<true, kWarps * kMaxSplit>(
+          m = combine_split_moments<kWarps * kMaxSplit>(
               got[0] + g * per_row, got[1] + g * per_row, per_row, count, inv_count, [&](int s) {
                 const int k = s / kWarps;
                 return TileT::warp_count(min(total - k * TileT::kCols, TileT::kCols), s % kWarps);

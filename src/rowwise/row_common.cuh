@@ -82,71 +82,72 @@ struct Moments {
 /// Floats of scratch for RowReducer::moments over a whole block: two sets of 2 * 32 slots.
 inline constexpr int kMomentsScratch = 4 * kWarp;
 
-/// Combines the means and the M2s (each about its own mean) of `parts` (at most kMaxParts) parts
-/// of a row of `count` elements (inv_count is 1 / count), part p holding count_of(p) elements
-/// (Chan, Golub and LeVeque): the row's mean is the parts' means weighted by n_p / count, and its
-/// M2 the parts' M2s plus n_p (mean_p - mean)^2 each. A part of no elements (whose mean is NaN) is
-/// skipped. Every warp that calls it reads the same values in the same order, so all end with the
-/// same bits. The parts send their means rather than their sums so that no division is left here: a
-/// part's mean is the center its squares were taken about, which it has computed already.
-///
-/// kShifted: one warp reduction of two values where the above takes two in turn (the mean, then
-/// the deviations about it). The deviations are taken about part 0's mean k, known before any
-/// reduction: sum n_p (mean_p - k)^2 = sum n_p (mean_p - mean)^2 + count (mean - k)^2, the last
-/// term taken off at the end. (The mean itself is the sum of n_p mean_p, not k plus the mean
-/// deviation from k: where the row's mean is near zero and k is not, the latter lost float32's
-/// tolerance of a row's mean.) That loses at most the bits of the ratio of the total about k to the
-/// M2 about the mean, which is at most 1 + count / count_of(0) (the M2 holds count_of(0) (k -
-/// mean)^2 at least): with part 0 a whole warp's share, the warps sharing the row plus one, 33 to
-/// 65 for the split kernels, 6 or 7 of float32's 24 bits. The split layer norm's exchanges take it:
-/// on an H100 (bf16, % of copy, runs of 20 calls) 96.7 -> 97.0 at 4096 x 32768 and 97.2 -> 97.4 at
-/// 8192 x 16384. The whole-block rows lost with it (99.5 -> 98.9 at 32768 x 4096), and keep the
-/// two reductions.
-template <bool kShifted, int kMaxParts, class CountOf>
-__device__ __forceinline__ Moments combine_moments(const float* means, const float* m2s, int parts,
-                                                   float count, float inv_count, CountOf count_of) {
+/// Combines the sums and the M2s (each about its own mean) of `parts` parts of a row of `count`
+/// elements, part p holding count_of(p) elements (Chan, Golub and LeVeque): the row's mean is
+/// the sum over count, and its M2 the parts' M2s plus n_p (mean_p - mean)^2 each, two warp
+/// reductions in turn. Every warp that calls it reads the same values in the same order, so all
+/// end with the same bits. The whole-block rows take it; split rows, combine_split_moments.
+template <class CountOf>
+__device__ __forceinline__ Moments combine_moments(const float* sums, const float* m2s, int parts,
+                                                   float count, CountOf count_of) {
   const int lane = threadIdx.x % kWarp;
-  if constexpr (kShifted) {
-    // Part 0 (the first warp of the row) holds at least one element.
-    const float k = means[0];
-    float v[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int q = 0; q < (kMaxParts + kWarp - 1) / kWarp; ++q) {
-      const int p = lane + q * kWarp;
-      const float n = p < parts ? static_cast<float>(count_of(p)) : 0.0f;
-      if (n > 0.0f) {
-        const float d = means[p] - k;
-        v[0] = fmaf(n, means[p], v[0]);
-        v[1] += fmaf(n * d, d, m2s[p]);
-      }
+  float sum[1] = {0.0f};
+  for (int p = lane; p < parts; p += kWarp)
+    sum[0] += sums[p];
+  warp_allreduce(sum, SumOp{});
+  const float mean = sum[0] / count;
+  float m2[1] = {0.0f};
+  for (int p = lane; p < parts; p += kWarp) {
+    const float n = static_cast<float>(count_of(p));
+    if (n > 0.0f) {
+      const float d = sums[p] / n - mean;
+      m2[0] += fmaf(n * d, d, m2s[p]);
     }
-    warp_allreduce(v, SumOp{});
-    const float mean = v[0] * inv_count;
-    const float dk = mean - k;
-    return {mean, fmaxf(fmaf(-count * dk, dk, v[1]), 0.0f)};
-  } else {
-    float sum[1] = {0.0f};
-#pragma unroll
-    for (int q = 0; q < (kMaxParts + kWarp - 1) / kWarp; ++q) {
-      const int p = lane + q * kWarp;
-      const float n = p < parts ? static_cast<float>(count_of(p)) : 0.0f;
-      if (n > 0.0f) sum[0] = fmaf(n, means[p], sum[0]);
-    }
-    warp_allreduce(sum, SumOp{});
-    const float mean = sum[0] * inv_count;
-    float m2[1] = {0.0f};
-#pragma unroll
-    for (int q = 0; q < (kMaxParts + kWarp - 1) / kWarp; ++q) {
-      const int p = lane + q * kWarp;
-      const float n = p < parts ? static_cast<float>(count_of(p)) : 0.0f;
-      if (n > 0.0f) {
-        const float d = means[p] - mean;
-        m2[0] += fmaf(n * d, d, m2s[p]);
-      }
-    }
-    warp_allreduce(m2, SumOp{});
-    return {mean, m2[0]};
   }
+  warp_allreduce(m2, SumOp{});
+  return {mean, m2[0]};
+}
+
+/// The row's mean and M2 from the means and M2s (each about its own mean) that the warps of a
+/// split row exchange (at most kMaxParts of them), part p holding count_of(p) elements, in one
+/// warp reduction of two values where combine_moments takes two in turn. The deviations are
+/// taken about part 0's mean k, known before any reduction:
+/// sum n_p (mean_p - k)^2 = sum n_p (mean_p - mean)^2 + count (mean - k)^2, and the last term is
+/// taken off at the end. That loses at most the bits of the ratio of the total about k to the M2
+/// about the mean, which is at most 1 + count / count_of(0) (the M2 holds count_of(0) (k - mean)^2
+/// at least): with part 0 a whole warp's share, the warps sharing the row plus one, 33 to 65 for
+/// the split kernels, 6 or 7 of float32's 24 bits. On an H100 (bf16, % of copy, runs of 20 calls)
+/// 96.7 -> 97.0 at 4096 x 32768 and 97.2 -> 97.4 at 8192 x 16384 against the two reductions; the
+/// whole-block rows lost with it (99.5 -> 98.9 at 32768 x 4096), and keep combine_moments.
+///
+/// No division is left in it: the warps send their means (the centers their squares were taken
+/// about, computed already) rather than their sums, the sum is rebuilt as sum n_p mean_p, and
+/// inv_count is 1 / count. A part of no elements (whose mean is NaN) is skipped. Every warp that
+/// calls it reads the same values in the same order, so all end with the same bits. (The mean
+/// taken as k plus the mean deviation from k, with no sum, lost float32's tolerance of a row's
+/// mean where the mean is near zero and k is not.)
+template <int kMaxParts, class CountOf>
+__device__ __forceinline__ Moments combine_split_moments(const float* means, const float* m2s,
+                                                         int parts, float count, float inv_count,
+                                                         CountOf count_of) {
+  const int lane = threadIdx.x % kWarp;
+  // Part 0 (the first warp of the row) holds at least one element.
+  const float k = means[0];
+  float v[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int q = 0; q < (kMaxParts + kWarp - 1) / kWarp; ++q) {
+    const int p = lane + q * kWarp;
+    const float n = p < parts ? static_cast<float>(count_of(p)) : 0.0f;
+    if (n > 0.0f) {
+      const float d = means[p] - k;
+      v[0] = fmaf(n, means[p], v[0]);
+      v[1] += fmaf(n * d, d, m2s[p]);
+    }
+  }
+  warp_allreduce(v, SumOp{});
+  const float mean = v[0] * inv_count;
+  const float dk = mean - k;
+  return {mean, fmaxf(fmaf(-count * dk, dk, v[1]), 0.0f)};
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -163,45 +163,51 @@ struct RowReducer {
       row_allreduce<kThreads>(v, scratch, op);
     }
   }
-  /// The mean and the sum of squared deviations (M2) of a row, from each warp's mean and M2 about
-  /// it (warp_mean and warp_m2, the same in each of the warp's lanes): one exchange (or one block
-  /// barrier) where two reductions, the sum and then the squares about the mean, would take two.
-  /// cols is the row's length and inv_count 1 / cols; warp_count(c, w) the elements of a part of
-  /// c columns held by warp w of its block (the part of the block of rank k holding
-  /// min(cols - k * part_cols, part_cols) of them). Needs W == 2 and, for whole-block rows,
-  /// kMomentsScratch floats of scratch.
+  /// The mean and the sum of squared deviations (M2) of a row, from each warp's sum, mean and M2
+  /// about its mean (warp_sum, warp_mean and warp_m2, the same in each of the warp's lanes): one
+  /// exchange (or one block barrier) where two reductions, the sum and then the squares about the
+  /// mean, would take two. count is the row's length and inv_count 1 / cols; warp_count(c, w) the
+  /// elements of a part of c columns held by warp w of its block (the part of the block of rank k
+  /// holding min(cols - k * part_cols, part_cols) of them). The split rows exchange the means
+  /// (combine_split_moments), whole-block rows the sums (combine_moments). Needs W == 2 and, for
+  /// whole-block rows, kMomentsScratch floats of scratch.
   template <class WarpCount>
-  __device__ __forceinline__ Moments moments(float warp_mean, float warp_m2, int cols,
-                                             int part_cols, float inv_count, WarpCount warp_count) {
-    static_assert(W == 2, "moments exchange a mean and an M2 per warp");
+  __device__ __forceinline__ Moments moments(float warp_sum, float warp_mean, float warp_m2,
+                                             int cols, int part_cols, float inv_count,
+                                             WarpCount warp_count) {
+    static_assert(W == 2, "moments exchange two values per warp");
+    const float count = static_cast<float>(cols);
     const int warps = kThreads / kWarp;
     Moments m;
     if constexpr (kSplit) {
+      (void)warp_sum;
       const float v[2] = {warp_mean, warp_m2};
       exchange->gather(r++, i, v, rank, parts,
                        [&](const float(&got)[2][kExchangeSlotsFor<kThreads, kSplit>], int senders) {
-                         m = combine_moments<true, kExchangeSlotsFor<kThreads, kSplit>>(
-                             got[0], got[1], senders, static_cast<float>(cols), inv_count,
-                             [&](int s) {
+                         m = combine_split_moments<kExchangeSlotsFor<kThreads, kSplit>>(
+                             got[0], got[1], senders, count, inv_count, [&](int s) {
                                const int k = s / warps;
                                return warp_count(min(cols - k * part_cols, part_cols), s % warps);
                              });
                        });
     } else if constexpr (kThreads == kWarp) {
-      m = {warp_mean, warp_m2};
+      (void)warp_mean;
+      (void)inv_count;
+      m = {warp_sum / count, warp_m2};
     } else {
+      (void)warp_mean;
+      (void)inv_count;
       // Two sets of slots, used by alternate rows: a set is written again two rows later, after
       // every thread has read it and passed the barrier of the row in between.
       float* slots = scratch + (i & 1) * 2 * kWarp;
       const int warp = static_cast<int>(threadIdx.x) / kWarp;
       if (threadIdx.x % kWarp == 0) {
-        slots[warp] = warp_mean;
+        slots[warp] = warp_sum;
         slots[kWarp + warp] = warp_m2;
       }
       __syncthreads();
-      m = combine_moments<false, kThreads / kWarp>(slots, slots + kWarp, warps,
-                                                   static_cast<float>(cols), inv_count,
-                                                   [&](int w) { return warp_count(cols, w); });
+      m = combine_moments(slots, slots + kWarp, warps, count,
+                          [&](int w) { return warp_count(cols, w); });
     }
     return m;
   }
