@@ -238,8 +238,8 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
     if (kStaged && walk.first < a.rows)
       TileT::copy_async(&staged[0][0], a.x + walk.first * a.x_stride + walk.offset, walk.cols, t);
   }
-  // The rows, with the block's part of each of part_cols columns: an int, or for the layer norm's
-  // parts that fill the tile, the constant TileT::kCols (walk_rows below).
+  // The rows, with the block's part of each of part_cols columns: an int, or for the split layer
+  // norm's parts that fill the tile, the constant TileT::kCols (below).
   const auto walk_rows = [&](auto part_cols) {
     const int cols = part_cols;
     for (int64_t row = walk.first; row < a.rows; row += walk.step, reduce.next_row()) {
@@ -352,10 +352,11 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
   // a copy of the loop in which the part's columns are a constant, so that none of the checks
   // against the row's end (each chunk's loads, squares, copies and stores) is left in it: on an
   // H100 (bf16, % of copy, runs of 20 calls) 96.9 -> 97.8 at 4096 x 32768, 97.4 -> 98.0 at
-  // 8192 x 16384 and 96.4 -> 98.0 at 2048 x 65536, with the moments' combine of warp means
-  // (combine_moments). Whole rows of kCols so measured 87.7 -> 94.1 at 16384 x 2048, but within
-  // 0.2 at 65536 x 1024 and 32768 x 4096, and with the copy in their register budgets the 16-bit
-  // kernels of 4 chunks spilled (4 to 116 bytes): they keep the one loop.
+  // 8192 x 16384 and 96.4 -> 98.0 at 2048 x 65536, with the combine of the warps' means
+  // (combine_split_moments). Whole rows of kCols with both measured 87.7 -> 94.1 at 16384 x 2048
+  // and within 0.2 at 65536 x 1024 and 32768 x 4096, but their 16-bit kernels of 4 chunks spilled
+  // (4 to 124 bytes; the means' combine alone spilled too): they keep the one loop, the sums and
+  // the divisions.
   if constexpr (kNorm == Norm::kLayer && kSplit) {
     if (walk.cols == TileT::kCols) {
       walk_rows(std::integral_constant<int, TileT::kCols>{});
