@@ -348,16 +348,27 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
       tile.store(a.y + row * a.y_stride + walk.offset, cols, t);
     }
   };
-  // The split layer norm's parts that fill the tile (every part of a row that splits evenly) take
-  // a copy of the loop in which the part's columns are a constant, so that none of the checks
-  // against the row's end (each chunk's loads, squares, copies and stores) is left in it: on an
-  // H100 (bf16, % of copy, runs of 20 calls) 96.9 -> 97.8 at 4096 x 32768, 97.4 -> 98.0 at
-  // 8192 x 16384 and 96.4 -> 98.0 at 2048 x 65536, with the combine of the warps' means
-  // (combine_split_moments). Whole rows of kCols with both measured 87.7 -> 94.1 at 16384 x 2048
-  // and within 0.2 at 65536 x 1024 and 32768 x 4096, but their 16-bit kernels of 4 chunks spilled
-  // (4 to 124 bytes; the means' combine alone spilled too): they keep the one loop, the sums and
-  // the divisions.
-  if constexpr (kNorm == Norm::kLayer && kSplit) {
+  // Rows (or parts) that fill the tile take, where kConstLoop, a copy of the loop in which the
+  // part's columns are a constant, so that none of the checks against the row's end (each chunk's
+  // loads, squares, copies and stores) is left in it. On an H100 (% of copy, runs of 20 calls /
+  // one call; the whole rows' figures from one build, each loop taken in alternate runs):
+  // - The split layer norm's parts (every part of a row that splits evenly), with the combine of
+  //   the warps' means (combine_split_moments), bf16: 96.9 -> 97.8 at 4096 x 32768, 97.4 -> 98.0
+  //   at 8192 x 16384 and 96.4 -> 98.0 at 2048 x 65536 (runs of 20).
+  // - The whole-row layer norm of one or two chunks: bf16 87.7 -> 93.1 / 82.9 -> 87.6 at
+  //   16384 x 2048, 95.0 -> 97.5 / 91.6 -> 94.0 at 131072 x 512, 84.4 -> 91.7 / 82.0 -> 88.9 at
+  //   262144 x 256; fp16 89.4 -> 93.0 at 16384 x 2048; float32 96.0 -> 98.7 / 94.3 -> 96.8 at
+  //   65536 x 1024. Its kernels of four chunks spilled with the copy (52 to 112 bytes for the
+  //   16-bit kernels of 32 and 128 threads, 16 for 256) and keep the one loop.
+  // - The whole-row rms_norm of one chunk: bf16 95.9 -> 97.9 / 92.7 -> 94.5 at 262144 x 256; of
+  //   four, the same in runs of 20 and 0.1 to 0.4 ahead in one call (bf16 65536 x 1024, float32
+  //   32768 x 2048). Its kernels of two chunks measured no faster (bf16 16384 x 2048:
+  //   95.5 -> 95.5 / 90.0 -> 89.4; 131072 x 512: 98.1 -> 97.9) and keep the one loop, as does
+  //   fused_add_rms_norm, the same within 0.2 at 7 shapes.
+  constexpr bool kConstLoop =
+      kSplit ? kNorm == Norm::kLayer
+             : (kNorm == Norm::kLayer && kVecs <= 2) || (kNorm == Norm::kRms && kVecs != 2);
+  if constexpr (kConstLoop) {
     if (walk.cols == TileT::kCols) {
       walk_rows(std::integral_constant<int, TileT::kCols>{});
       return;

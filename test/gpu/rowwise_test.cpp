@@ -102,6 +102,32 @@ std::vector<Case> ShapeCases() {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseShapes, ::testing::ValuesIn(ShapeCases()));
 
+// Rows that fill a cached kernel's tile exactly (threads x chunks x the elements of 16 bytes:
+// 128 to 8192 columns, from one warp of one chunk to 256 threads of four), which take the loop
+// with no check against the row's end, with and without a row stride past cols; and 8 columns
+// fewer (rows still 16-byte aligned), which take the checked loop of the same kernel.
+class RowwiseFullTiles : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RowwiseFullTiles, MatchesReference) {
+  EXPECT_TRUE(CheckCase(GetParam(), nullptr));
+}
+
+std::vector<Case> FullTileCases() {
+  std::vector<Case> cases;
+  for (const char* op : kOps) {
+    for (DType dtype : kDtypes) {
+      for (int64_t cols : {128, 256, 512, 1024, 2048, 4096, 8192}) {
+        cases.push_back({op, dtype, 37, cols, 0, 0});
+        cases.push_back({op, dtype, 37, cols, 16, 0});
+        cases.push_back({op, dtype, 37, cols - 8, 0, 0});
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseFullTiles, ::testing::ValuesIn(FullTileCases()));
+
 // Long rows on many more rows than the grid has blocks, so that every stage of the pipelined
 // kernels (sm_90 and newer) is reused, with a row stride past cols.
 class RowwiseManyLongRows : public ::testing::TestWithParam<Case> {};
