@@ -1,6 +1,5 @@
 // layer_norm, rms_norm and fused_add_rms_norm, and the backward passes of the two norms.
 #include <algorithm>
-#include <type_traits>
 
 #include "core/dispatch.cuh"
 #include "core/kernel_families.h"
@@ -238,8 +237,8 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
     if (kStaged && walk.first < a.rows)
       TileT::copy_async(&staged[0][0], a.x + walk.first * a.x_stride + walk.offset, walk.cols, t);
   }
-  // The rows, with the block's part of each of part_cols columns: an int, or for the split layer
-  // norm's parts that fill the tile, the constant TileT::kCols (below).
+  // The rows, with the block's part of each of part_cols columns: an int, or where kConstLoop and
+  // the part fills the tile, the constant TileT::kCols (below).
   const auto walk_rows = [&](auto part_cols) {
     const int cols = part_cols;
     for (int64_t row = walk.first; row < a.rows; row += walk.step, reduce.next_row()) {
@@ -349,9 +348,10 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
     }
   };
   // Rows (or parts) that fill the tile take, where kConstLoop, a copy of the loop in which the
-  // part's columns are a constant, so that none of the checks against the row's end (each chunk's
-  // loads, squares, copies and stores) is left in it. On an H100 (% of copy, runs of 20 calls /
-  // one call; the whole rows' figures from one build, each loop taken in alternate runs):
+  // part's columns are a constant (with_part_cols), so that none of the checks against the row's
+  // end (each chunk's loads, squares, copies and stores) is left in it. On an H100 (% of copy, runs
+  // of 20 calls / one call; the whole rows' figures from one build, each loop taken in alternate
+  // runs):
   // - The split layer norm's parts (every part of a row that splits evenly), with the combine of
   //   the warps' means (combine_split_moments), bf16: 96.9 -> 97.8 at 4096 x 32768, 97.4 -> 98.0
   //   at 8192 x 16384 and 96.4 -> 98.0 at 2048 x 65536 (runs of 20).
@@ -368,13 +368,7 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
   constexpr bool kConstLoop =
       kSplit ? kNorm == Norm::kLayer
              : (kNorm == Norm::kLayer && kVecs <= 2) || (kNorm == Norm::kRms && kVecs != 2);
-  if constexpr (kConstLoop) {
-    if (walk.cols == TileT::kCols) {
-      walk_rows(std::integral_constant<int, TileT::kCols>{});
-      return;
-    }
-  }
-  walk_rows(walk.cols);
+  with_part_cols<TileT::kCols, kConstLoop>(walk.cols, walk_rows);
 }
 
 // The split layer norm of rows of at most kMaxSplit parts, G rows at once in each cluster: the

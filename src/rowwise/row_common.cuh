@@ -166,6 +166,21 @@ struct RowWalk {
   int parts = 1;  ///< blocks sharing each row
 };
 
+/// Calls walk(part_cols) once, with the columns of the block's part of each row: the constant
+/// kCols where kConstant and the part fills the tile, so that the walk's copy for it has no check
+/// against the row's end in its loads, reductions and stores; otherwise the int cols. (walk is
+/// taken by reference: passed by value, it changed some kernels' register allocation.)
+template <int kCols, bool kConstant, class Walk>
+__device__ __forceinline__ void with_part_cols(int cols, const Walk& walk) {
+  if constexpr (kConstant) {
+    if (cols == kCols) {
+      walk(std::integral_constant<int, kCols>{});
+      return;
+    }
+  }
+  walk(cols);
+}
+
 /// kSplit: the block is part `rank` of a cluster of blocks sharing each row, holding columns
 /// [rank * part_cols, (rank + 1) * part_cols). Otherwise kRowsPerBlock rows per block.
 template <int kThreads, bool kSplit>

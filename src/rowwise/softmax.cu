@@ -130,18 +130,12 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     }
   };
   // Whole rows that fill the tile take a copy of the loop in which the row's columns are a
-  // constant, with no check against the row's end in its loads and stores. On an H100 (bf16, %
-  // of copy, runs of 20 calls / one call, each loop taken in alternate runs of one build):
-  // 98.6 -> 98.8 / 95.7 -> 96.0 at 65536 x 1024, 98.6 -> 98.75 / 95.7 -> 95.85 at 131072 x 512,
-  // and the same within the runs' spread at 32768 x 4096, 16384 x 2048, 262144 x 256 and
+  // constant (with_part_cols), with no check against the row's end in its loads and stores. On an
+  // H100 (bf16, % of copy, runs of 20 calls / one call, each loop taken in alternate runs of one
+  // build): 98.6 -> 98.8 / 95.7 -> 96.0 at 65536 x 1024, 98.6 -> 98.75 / 95.7 -> 95.85 at 131072 x
+  // 512, and the same within the runs' spread at 32768 x 4096, 16384 x 2048, 262144 x 256 and
   // float32 (65536 x 1024, 32768 x 2048). Split parts were not measured so and keep the one loop.
-  if constexpr (!kSplit) {
-    if (walk.cols == TileT::kCols) {
-      walk_rows(std::integral_constant<int, TileT::kCols>{});
-      return;
-    }
-  }
-  walk_rows(walk.cols);
+  with_part_cols<TileT::kCols, !kSplit>(walk.cols, walk_rows);
 }
 
 // `cached`: the row is kept in dynamic shared memory (cols elements) between the passes.
