@@ -63,6 +63,7 @@ int execute(RunOptions& options) {
   } else {
     std::printf("%s %s %s offset=%lld\n", op->name.c_str(), dtype_name(config.dtype),
                 harness::format_dims(config.dims).c_str(), static_cast<long long>(config.offset));
+    if (!report.launch.empty()) std::printf("  path:  %s\n", report.launch.c_str());
     if (report.checked) std::printf("  check: %s\n", report.check.describe().c_str());
     std::printf("  time:  %.2f us median of %d (min %.2f, max %.2f)%s\n",
                 report.timing.median_ms * 1e3, report.timing.iterations, report.timing.min_ms * 1e3,

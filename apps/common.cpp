@@ -138,6 +138,7 @@ Status measure_case(const harness::OpDescriptor& op, const harness::CaseConfig& 
   Status status = op.make_case(config, &c);
   if (!status.ok()) return status;
   report->bytes = c->bytes_moved();
+  report->launch = c->launch();
   if (check) {
     status = c->check(stream, &report->check);
     if (!status.ok()) return status;
@@ -158,6 +159,7 @@ void write_report_json(harness::JsonWriter& w, const CaseReport& report) {
     w.key(name).value(value);
   w.end_object();
   w.key("offset").value(report.offset).key("bytes").value(report.bytes);
+  if (!report.launch.empty()) w.key("launch").value(report.launch);
   w.key("time_us").begin_object();
   w.key("median").value(report.timing.median_ms * 1e3).key("min").value(report.timing.min_ms * 1e3);
   w.key("max").value(report.timing.max_ms * 1e3).key("iterations").value(report.timing.iterations);

@@ -74,6 +74,7 @@ struct CaseReport {
   double pct_of_matched_copy = 0.0;
   bool checked = false;
   ref::CompareResult check;
+  std::string launch;  ///< the kernel the op takes (OpCase::launch); may be empty
 };
 
 /// Makes the case, checks it against the reference when `check` is set, then times it.

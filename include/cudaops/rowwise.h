@@ -97,4 +97,38 @@ CUDAOPS_EXPORT Status rms_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, con
                                         void* d_workspace, size_t workspace_bytes, int64_t rows,
                                         int64_t cols, DType dtype, cudaStream_t stream);
 
+/// The row-wise ops, as rowwise_plan names them.
+enum class RowwiseOp {
+  kSoftmax,
+  kSoftmaxBackward,
+  kLayerNorm,
+  kLayerNormBackward,
+  kRmsNorm,
+  kRmsNormBackward,
+  kFusedAddRmsNorm,
+};
+
+/// Which kernel a row-wise op takes for a shape, and how it is launched.
+struct RowwisePlan {
+  /// "cached" (a row held in registers), "split" (a row over the blocks of a thread-block
+  /// cluster), "split_rows" (several rows per cluster at once), "pipelined" (rows staged in shared
+  /// memory by a persistent grid), "streamed" (a row walked in chunks), "long" (the norms'
+  /// backward passes over rows too long to split), or "none" (rows or cols is 0: no launch).
+  const char* path = "none";
+  int block_threads = 0;       ///< threads per block
+  int row_threads = 0;         ///< threads of a block that share one row
+  int chunks = 0;              ///< 16-byte chunks per thread (cached and split kernels)
+  int blocks_per_row = 1;      ///< blocks of a cluster that share one row
+  int64_t blocks = 0;          ///< blocks launched (the backward passes: without the final sums)
+  size_t smem_bytes = 0;       ///< dynamic shared memory per block
+  size_t workspace_bytes = 0;  ///< workspace of the norms' backward passes
+};
+
+/// What `op` would launch for rows x cols of dtype on the current device, with every matrix
+/// 16-byte aligned (rows and parameters) or not: the same choice the op makes, with nothing
+/// launched. Where the choice depends on the device (rows too long for a block), it is asked, and
+/// kCudaError says that there is none.
+CUDAOPS_EXPORT Status rowwise_plan(RowwiseOp op, int64_t rows, int64_t cols, DType dtype,
+                                   bool aligned, RowwisePlan* plan);
+
 }  // namespace cudaops

@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "core/validate.h"
 #include "cudaops/dtype.h"
 #include "cudaops/status.h"
@@ -24,5 +26,15 @@ Status dispatch_float(const char* op, DType dtype, F&& f) {
       return check_float_dtype(op, "dtype", dtype);
   }
 }
+
+}  // namespace cudaops::detail
+
+namespace cudaops::detail {
+
+/// The dtype whose storage type is T.
+template <typename T>
+inline constexpr DType kDTypeOf = std::is_same_v<T, float>    ? DType::kFloat32
+                                  : std::is_same_v<T, __half> ? DType::kFloat16
+                                                              : DType::kBFloat16;
 
 }  // namespace cudaops::detail

@@ -21,9 +21,9 @@ struct Family {
 constexpr Family kFamilies[] = {
     {"elementwise", "elementwise.cu", detail::elementwise_family_kernel},
     {"softmax", "softmax.cu", detail::rowwise::softmax_family_kernel},
-    {"norm", "norm.cu", detail::rowwise::norm_family_kernel},
+    {"norm", "norm_forward_f32.cu", detail::rowwise::norm_family_kernel},
     {"rowwise_reduce", "rowwise_host.cu", detail::rowwise::reduce_family_kernel},
-    {"topk", "topk.cu", detail::topk::topk_family_kernel},
+    {"topk", "topk_f32.cu", detail::topk::topk_family_kernel},
 };
 
 }  // namespace

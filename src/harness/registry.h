@@ -48,6 +48,9 @@ class OpCase {
   /// Poisons the outputs, runs the op, copies the results back and compares them with the
   /// double-precision reference (the worst output when there are several).
   virtual Status check(cudaStream_t stream, ref::CompareResult* result) = 0;
+  /// Which kernel the op takes for this case and its launch, as the library plans it (for the
+  /// ops that can say; empty otherwise). Needs the device.
+  virtual std::string launch() const { return {}; }
 };
 
 struct OpDescriptor {

@@ -661,7 +661,7 @@ Status with_cached_shape(int index, F&& f) {
 }
 
 /// The cached shape of the norm backward kernel whose blocks share a row in clusters (row_walk).
-using BackwardSplitShape = CachedShape<128, 4>;
+using BackwardSplitShape = CachedShape<kBackwardSplitConfig.threads, kBackwardSplitConfig.vecs>;
 
 /// How a row-wise kernel follows the kernel before it in the stream.
 enum class Follow {

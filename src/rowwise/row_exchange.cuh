@@ -258,10 +258,11 @@ inline constexpr int64_t kSplitFromBytes = 32 * 1024;
 /// take them where the device allows such clusters, before blocks of 256; and its rows stay
 /// whole rather than take blocks of 512 threads, which measured slower (above; with no room in
 /// static shared memory to hold the parameters, they would fetch them from L2 for every row).
+/// With `dry` not null nothing is launched: *dry says what would be.
 template <typename T, bool kWide, class KernelFor, typename... Args>
 Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launched,
                        int rows_per_cluster, KernelFor&& kernel_for, cudaStream_t stream,
-                       Args... args) {
+                       RowPlan* dry, Args... args) {
   static_assert(kMaxNonPortableSplit * (128 / kWarp) <= kExchangeSlotsFor<128, true> &&
                     kMaxNonPortableSplit * (256 / kWarp) <= kExchangeSlotsFor<256, true> &&
                     kMaxNonPortableSplit * (512 / kWarp) <= kExchangeSlotsFor<512, true>,
@@ -286,6 +287,16 @@ Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launche
     const int64_t clusters = std::min<int64_t>((rows + rows_per_cluster - 1) / rows_per_cluster,
                                                (int64_t{1} << 30) / parts);
     *launched = true;
+    if (dry != nullptr) {
+      *dry = RowPlan{RowPath::kSplit,
+                     S::threads,
+                     S::threads,
+                     S::vecs,
+                     parts,
+                     static_cast<unsigned>(clusters * parts),
+                     0};
+      return Status();
+    }
     return launch_split(op, Follow::kDependent, kernel, static_cast<unsigned>(clusters), parts,
                         S::threads, stream, args...);
   };

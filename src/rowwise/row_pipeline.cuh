@@ -251,11 +251,11 @@ namespace cudaops::detail::rowwise {
 
 /// Plans `kernel` (plan_pipelined: vecs, max_threads, arrays, blocks_per_sm) and, when a launch
 /// shape fits, launches it with `args` followed by the plan's PipeParams; *launched says whether
-/// it did.
+/// it did (or with `dry` not null, would have: *dry says how).
 template <typename... Params, typename... Args>
 Status launch_if_pipelined(const char* op, void (*kernel)(Params...), int vecs, int max_threads,
                            int arrays, int blocks_per_sm, int64_t rows, int64_t cols, DType dtype,
-                           cudaStream_t stream, bool* launched, Args... args) {
+                           cudaStream_t stream, bool* launched, RowPlan* dry, Args... args) {
   *launched = false;
   PipeLaunch plan;
   if (Status s = plan_pipelined(op, reinterpret_cast<const void*>(kernel), vecs, max_threads,
@@ -263,6 +263,11 @@ Status launch_if_pipelined(const char* op, void (*kernel)(Params...), int vecs, 
       !s.ok() || plan.blocks == 0)
     return s;
   *launched = true;
+  if (dry != nullptr) {
+    *dry =
+        RowPlan{RowPath::kPipelined, plan.threads, plan.threads, vecs, 1, plan.blocks, plan.smem};
+    return Status();
+  }
   // A persistent grid, launched plainly (Follow, row_common.cuh).
   return launch_rows(op, Follow::kPlain, kernel, plan.blocks, plan.threads, plan.smem, stream, 0,
                      args..., plan.params);

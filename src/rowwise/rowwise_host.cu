@@ -20,6 +20,26 @@
 
 namespace cudaops::detail::rowwise {
 
+const char* row_path_name(RowPath path) {
+  switch (path) {
+    case RowPath::kCached:
+      return "cached";
+    case RowPath::kSplit:
+      return "split";
+    case RowPath::kSplitRows:
+      return "split_rows";
+    case RowPath::kPipelined:
+      return "pipelined";
+    case RowPath::kStreamed:
+      return "streamed";
+    case RowPath::kLong:
+      return "long";
+    case RowPath::kNone:
+      break;
+  }
+  return "none";
+}
+
 Status check_shape(const char* op, int64_t rows, int64_t cols) {
   if (Status s = check_count(op, "rows", rows); !s.ok()) return s;
   return check_count(op, "cols", cols);

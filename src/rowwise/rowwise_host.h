@@ -45,6 +45,9 @@ inline constexpr CachedConfig kCachedLadder[] = {{32, 1},  {32, 2},  {32, 4},  {
                                                  {128, 4}, {256, 4}, {512, 4}, {1024, 4}};
 inline constexpr int kCachedCount = sizeof(kCachedLadder) / sizeof(kCachedLadder[0]);
 
+/// The shape of the norms' backward kernel whose blocks share a row in clusters.
+inline constexpr CachedConfig kBackwardSplitConfig = {128, 4};
+
 /// Index into kCachedLadder of the smallest configuration holding cols elements of a row with
 /// `vec` elements per vector, considering the first `limit` entries; -1 when none does.
 inline int pick_cached(int64_t cols, int vec, int limit = kCachedCount) {
@@ -54,6 +57,35 @@ inline int pick_cached(int64_t cols, int vec, int limit = kCachedCount) {
   }
   return -1;
 }
+
+/// The rungs of the row-wise strategy ladder (row_ladder.cuh): rows a block holds in registers
+/// (cached), rows split over the blocks of a cluster (split; split_rows: several rows per
+/// cluster at once), rows brought in by a pipeline of shared-memory stages (pipelined), rows
+/// walked in chunks (streamed), and for the norms' backward passes rows too long for the split
+/// kernel's blocks (long).
+enum class RowPath { kNone, kCached, kSplit, kSplitRows, kPipelined, kStreamed, kLong };
+
+/// "cached", "split", "split_rows", "pipelined", "streamed", "long" or "none".
+const char* row_path_name(RowPath path);
+
+/// The rung a row-wise op takes for a shape, and its launch.
+struct RowPlan {
+  RowPath path = RowPath::kNone;
+  int block_threads = 0;  ///< threads per block
+  int row_threads = 0;    ///< threads of a block that share a row (cached and split kernels)
+  int vecs = 0;           ///< 16-byte chunks per thread (cached and split kernels)
+  int parts = 1;          ///< blocks that share a row (split and long kernels)
+  unsigned blocks = 0;    ///< blocks launched
+  size_t smem = 0;        ///< dynamic shared memory per block
+};
+
+/// softmax's and softmax_backward's ladders (softmax.cu), their arguments checked, rows and cols
+/// > 0: launch, or with `dry` not null only say in *dry what would be launched.
+Status softmax_ladder(const char* op, ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols,
+                      DType dtype, bool aligned, cudaStream_t stream, RowPlan* dry);
+Status softmax_backward_ladder(const char* op, ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx,
+                               int64_t rows, int64_t cols, DType dtype, bool aligned,
+                               cudaStream_t stream, RowPlan* dry);
 
 /// Blocks of a grid-stride launch over `groups` row groups.
 inline unsigned grid_for(int64_t groups) {

@@ -8,8 +8,7 @@
 #include "core/validate.h"
 #include "cudaops/rowwise.h"
 #include "rowwise/row_common.cuh"
-#include "rowwise/row_exchange.cuh"
-#include "rowwise/row_pipeline.cuh"
+#include "rowwise/row_ladder.cuh"
 #include "rowwise/rowwise_host.h"
 
 namespace cudaops {
@@ -383,7 +382,135 @@ inline constexpr int kSoftmaxCapBlocks = (kThreads == kWarp && kVecs >= 2) ? 6 *
 const void* softmax_family_kernel() {
   return reinterpret_cast<const void*>(softmax_streamed<float, kVec16<float>>);
 }
+namespace {
+
+// The ladder's traits of softmax (row_ladder.cuh).
+template <typename T>
+struct SoftmaxRows {
+  using Type = T;
+  using StreamedKernel = void (*)(const T*, int64_t, T*, int64_t, int64_t, int64_t, bool);
+  static constexpr int kCachedCount = kSoftmaxCachedCount;
+  template <int kThreads, int kVecs, bool kSplit>
+  static constexpr auto cached() {
+    return softmax_cached<T, kThreads, kVecs, kVec16<T>, kSplit>;
+  }
+  template <int kThreads, int kVecs>
+  static constexpr int cap_blocks() {
+    return kSoftmaxCapBlocks<kThreads, kVecs>;
+  }
+  static constexpr bool kWideSplit = false;
+  static constexpr int kRowsPerCluster = 1;
+  static constexpr bool kPipelined = true;
+  static constexpr PipeShape kPipe{kPipeSoftmaxVecs, kPipeSoftmaxThreads, 1, kPipeSoftmaxBlocks};
+  static constexpr auto pipelined() { return softmax_pipelined<T>; }
+
+  const T* x;
+  int64_t x_stride;
+  T* y;
+  int64_t y_stride;
+  int64_t rows;
+  int64_t cols;
+
+  bool splits(int64_t) const { return true; }
+  Status split_rows(const char*, cudaStream_t, RowPlan*, bool* launched) const {
+    *launched = false;
+    return Status();
+  }
+  Status streamed(const char* op, bool aligned, StreamedKernel* kernel,
+                  StreamedLaunch* launch) const {
+    *kernel = aligned ? softmax_streamed<T, kVec16<T>> : softmax_streamed<T, 1>;
+    return plan_streamed_rung<T>(op, *kernel, 1, cols, aligned, launch);
+  }
+  auto row_args() const {
+    return std::make_tuple(x, x_stride, y, y_stride, rows, static_cast<int>(cols));
+  }
+  auto streamed_args() const { return std::make_tuple(x, x_stride, y, y_stride, rows, cols); }
+};
+
+// The ladder's traits of softmax_backward.
+template <typename T>
+struct SoftmaxBackwardRows {
+  using Type = T;
+  using StreamedKernel = void (*)(const T*, int64_t, const T*, int64_t, T*, int64_t, int64_t,
+                                  int64_t, bool);
+  static constexpr int kCachedCount = kSoftmaxBackwardCachedCount;
+  template <int kThreads, int kVecs, bool kSplit>
+  static constexpr auto cached() {
+    return softmax_backward_cached<T, kThreads, kVecs, kVec16<T>, kSplit>;
+  }
+  template <int kThreads, int kVecs>
+  static constexpr int cap_blocks() {
+    return 0;
+  }
+  static constexpr bool kWideSplit = false;
+  static constexpr int kRowsPerCluster = 1;
+  static constexpr bool kPipelined = true;
+  static constexpr PipeShape kPipe{kPipeBackwardVecs, kPipeBackwardThreads, 2, 1};
+  static constexpr auto pipelined() { return softmax_backward_pipelined<T>; }
+
+  const T* y;
+  int64_t y_stride;
+  const T* dy;
+  int64_t dy_stride;
+  T* dx;
+  int64_t dx_stride;
+  int64_t rows;
+  int64_t cols;
+
+  bool splits(int64_t) const { return true; }
+  Status split_rows(const char*, cudaStream_t, RowPlan*, bool* launched) const {
+    *launched = false;
+    return Status();
+  }
+  Status streamed(const char* op, bool aligned, StreamedKernel* kernel,
+                  StreamedLaunch* launch) const {
+    *kernel = aligned ? softmax_backward_streamed<T, kVec16<T>> : softmax_backward_streamed<T, 1>;
+    return plan_streamed_rung<T>(op, *kernel, 2, cols, aligned, launch);
+  }
+  auto row_args() const {
+    return std::make_tuple(y, y_stride, dy, dy_stride, dx, dx_stride, rows, static_cast<int>(cols));
+  }
+  auto streamed_args() const {
+    return std::make_tuple(y, y_stride, dy, dy_stride, dx, dx_stride, rows, cols);
+  }
+};
+
+}  // namespace
+
+Status softmax_ladder(const char* op, ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols,
+                      DType dtype, bool aligned, cudaStream_t stream, RowPlan* dry) {
+  return dispatch_float(op, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const SoftmaxRows<T> o{static_cast<const T*>(x.data),
+                           x.row_stride,
+                           static_cast<T*>(y.data),
+                           y.row_stride,
+                           rows,
+                           cols};
+    return run_row_ladder(op, o, rows, cols, aligned, stream, dry);
+  });
+}
+
+Status softmax_backward_ladder(const char* op, ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx,
+                               int64_t rows, int64_t cols, DType dtype, bool aligned,
+                               cudaStream_t stream, RowPlan* dry) {
+  return dispatch_float(op, dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const SoftmaxBackwardRows<T> o{static_cast<const T*>(y.data),
+                                   y.row_stride,
+                                   static_cast<const T*>(dy.data),
+                                   dy.row_stride,
+                                   static_cast<T*>(dx.data),
+                                   dx.row_stride,
+                                   rows,
+                                   cols};
+    return run_row_ladder(op, o, rows, cols, aligned, stream, dry);
+  });
+}
+
 }  // namespace detail::rowwise
+
+using namespace detail::rowwise;  // NOLINT(google-build-using-namespace): this file's kernels
 
 using namespace detail::rowwise;  // NOLINT(google-build-using-namespace): this file's kernels
 
@@ -395,60 +522,9 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
   if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
   if (Status s = check_matrix(kOp, "y", y.data, y.row_stride, rows, cols, dtype); !s.ok()) return s;
   if (rows == 0 || cols == 0) return Status();
-
-  return detail::dispatch_float(kOp, dtype, [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int V = detail::kVec16<T>;
-    const T* in = static_cast<const T*>(x.data);
-    T* out = static_cast<T*>(y.data);
-    const bool aligned =
-        rows_aligned16(x.data, x.row_stride, dtype) && rows_aligned16(y.data, y.row_stride, dtype);
-    const int config = aligned ? pick_cached(cols, V, kSoftmaxCachedCount) : -1;
-    if (config >= 0) {
-      return with_cached_shape<kSoftmaxCachedCount>(config, [&](auto shape) {
-        using S = decltype(shape);
-        constexpr int kRows = kRowsPerBlock<S::threads>;
-        const auto kernel = softmax_cached<T, S::threads, S::vecs, V, false>;
-        constexpr int kCap = kSoftmaxCapBlocks<S::threads, S::vecs>;
-        size_t smem = 0;
-        if constexpr (kCap > 0) {
-          if (Status s = occupancy_cap_smem(kOp, reinterpret_cast<const void*>(kernel),
-                                            kBlockThreads<S::threads>, kCap, &smem);
-              !s.ok())
-            return s;
-        }
-        return launch_rows(kOp, Follow::kDependent, kernel, grid_for((rows + kRows - 1) / kRows),
-                           kBlockThreads<S::threads>, smem, stream, 0, in, x.row_stride, out,
-                           y.row_stride, rows, static_cast<int>(cols));
-      });
-    }
-    if (aligned) {
-      bool launched = false;
-      if (Status s = launch_if_split<T, /*kWide=*/false>(
-              kOp, rows, cols, &launched, /*rows_per_cluster=*/1,
-              [](auto shape) {
-                using S = decltype(shape);
-                return softmax_cached<T, S::threads, S::vecs, V, true>;
-              },
-              stream, in, x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
-          !s.ok() || launched)
-        return s;
-      if (Status s =
-              launch_if_pipelined(kOp, softmax_pipelined<T>, kPipeSoftmaxVecs, kPipeSoftmaxThreads,
-                                  1, kPipeSoftmaxBlocks, rows, cols, dtype, stream, &launched, in,
-                                  x.row_stride, out, y.row_stride, rows, static_cast<int>(cols));
-          !s.ok() || launched)
-        return s;
-    }
-    auto kernel = aligned ? softmax_streamed<T, V> : softmax_streamed<T, 1>;
-    StreamedLaunch launch;
-    if (Status s = plan_streamed(kOp, reinterpret_cast<const void*>(kernel), 1, cols,
-                                 aligned ? V : 1, dtype, &launch);
-        !s.ok())
-      return s;
-    return launch_rows(kOp, Follow::kDependent, kernel, grid_for(rows), launch.threads, launch.smem,
-                       stream, 0, in, x.row_stride, out, y.row_stride, rows, cols, launch.smem > 0);
-  });
+  const bool aligned =
+      rows_aligned16(x.data, x.row_stride, dtype) && rows_aligned16(y.data, y.row_stride, dtype);
+  return softmax_ladder(kOp, x, y, rows, cols, dtype, aligned, stream, nullptr);
 }
 
 Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64_t rows,
@@ -462,56 +538,10 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
   if (Status s = check_matrix(kOp, "dx", dx.data, dx.row_stride, rows, cols, dtype); !s.ok())
     return s;
   if (rows == 0 || cols == 0) return Status();
-
-  return detail::dispatch_float(kOp, dtype, [&](auto tag) {
-    using T = decltype(tag);
-    constexpr int V = detail::kVec16<T>;
-    const T* py = static_cast<const T*>(y.data);
-    const T* pdy = static_cast<const T*>(dy.data);
-    T* pdx = static_cast<T*>(dx.data);
-    const bool aligned = rows_aligned16(y.data, y.row_stride, dtype) &&
-                         rows_aligned16(dy.data, dy.row_stride, dtype) &&
-                         rows_aligned16(dx.data, dx.row_stride, dtype);
-    const int config = aligned ? pick_cached(cols, V, kSoftmaxBackwardCachedCount) : -1;
-    if (config >= 0) {
-      return with_cached_shape<kSoftmaxBackwardCachedCount>(config, [&](auto shape) {
-        using S = decltype(shape);
-        constexpr int kRows = kRowsPerBlock<S::threads>;
-        return launch_rows(
-            kOp, Follow::kDependent, softmax_backward_cached<T, S::threads, S::vecs, V, false>,
-            grid_for((rows + kRows - 1) / kRows), kBlockThreads<S::threads>, 0, stream, 0, py,
-            y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows, static_cast<int>(cols));
-      });
-    }
-    if (aligned) {
-      bool launched = false;
-      if (Status s = launch_if_split<T, /*kWide=*/false>(
-              kOp, rows, cols, &launched, /*rows_per_cluster=*/1,
-              [](auto shape) {
-                using S = decltype(shape);
-                return softmax_backward_cached<T, S::threads, S::vecs, V, true>;
-              },
-              stream, py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows,
-              static_cast<int>(cols));
-          !s.ok() || launched)
-        return s;
-      if (Status s = launch_if_pipelined(kOp, softmax_backward_pipelined<T>, kPipeBackwardVecs,
-                                         kPipeBackwardThreads, 2, 1, rows, cols, dtype, stream,
-                                         &launched, py, y.row_stride, pdy, dy.row_stride, pdx,
-                                         dx.row_stride, rows, static_cast<int>(cols));
-          !s.ok() || launched)
-        return s;
-    }
-    auto kernel = aligned ? softmax_backward_streamed<T, V> : softmax_backward_streamed<T, 1>;
-    StreamedLaunch launch;
-    if (Status s = plan_streamed(kOp, reinterpret_cast<const void*>(kernel), 2, cols,
-                                 aligned ? V : 1, dtype, &launch);
-        !s.ok())
-      return s;
-    return launch_rows(kOp, Follow::kDependent, kernel, grid_for(rows), launch.threads, launch.smem,
-                       stream, 0, py, y.row_stride, pdy, dy.row_stride, pdx, dx.row_stride, rows,
-                       cols, launch.smem > 0);
-  });
+  const bool aligned = rows_aligned16(y.data, y.row_stride, dtype) &&
+                       rows_aligned16(dy.data, dy.row_stride, dtype) &&
+                       rows_aligned16(dx.data, dx.row_stride, dtype);
+  return softmax_backward_ladder(kOp, y, dy, dx, rows, cols, dtype, aligned, stream, nullptr);
 }
 
 }  // namespace cudaops

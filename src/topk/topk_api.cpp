@@ -1,6 +1,7 @@
 // The public top-k entry points: every argument is checked before anything is launched.
 #include <sstream>
 
+#include "core/dispatch.cuh"
 #include "core/validate.h"
 #include "cudaops/topk.h"
 #include "topk/topk_plan.h"
@@ -83,8 +84,10 @@ Status topk(ConstMatrixRef x, MatrixRef values, MatrixRef indices, int64_t rows,
       return Status(StatusCode::kMisaligned, text.str());
     }
   }
-  return detail::topk::run(kOp, plan, x, values, indices, rows, dtype, options, d_workspace,
-                           stream);
+  return detail::dispatch_float(kOp, dtype, [&](auto tag) {
+    return detail::topk::run_typed<decltype(tag)>(kOp, plan, x, values, indices, rows, options,
+                                                  d_workspace, stream);
+  });
 }
 
 }  // namespace cudaops

@@ -134,9 +134,11 @@ inline Plan make_plan(int64_t rows, int64_t cols, int64_t k) {
   return plan;
 }
 
-/// Launches the levels of `plan` (made for rows, cols and k of this call).
-Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values, MatrixRef indices,
-           int64_t rows, DType dtype, const TopkOptions& options, void* workspace,
-           cudaStream_t stream);
+/// Launches the levels of `plan` (made for rows, cols and k of this call) over rows of T; built
+/// one dtype per translation unit (topk_<dtype>.cu).
+template <typename T>
+Status run_typed(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
+                 MatrixRef indices, int64_t rows, const TopkOptions& options, void* workspace,
+                 cudaStream_t stream);
 
 }  // namespace cudaops::detail::topk

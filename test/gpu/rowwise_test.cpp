@@ -210,7 +210,7 @@ TEST_P(RowwiseOps, NonDefaultStream) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOps, RowwiseOps, ::testing::ValuesIn(kOps),
-                         [](const auto& info) { return std::string(info.param); });
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 // ---------------------------------------------------------------------------------------------
 // Direct calls: data made here, results compared here.
@@ -686,7 +686,9 @@ TEST_P(RowwiseDtype, NoRowsGivesZeroParamGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDtypes, RowwiseDtype, ::testing::ValuesIn(kDtypes),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+                         [](const auto& param_info) {
+                           return std::string(dtype_name(param_info.param));
+                         });
 
 // ---------------------------------------------------------------------------------------------
 // More than 2^31 elements: data made on the device, sampled rows checked on the host.
@@ -711,6 +713,60 @@ void CheckSampledRows(DType dtype, const DeviceArray& out, int64_t rows, int64_t
                                          ? ref::layer_norm(x, ones, zeros, {1, cols, cols}, 1e-5).y
                                          : ref::softmax(x, {1, cols, cols});
     EXPECT_TRUE(Close(got, want, R::kValues)) << "row " << r;
+  }
+}
+
+// rowwise_plan says which kernel each shape takes, from the ops' own ladders.
+TEST(RowwisePlan, PathsByShape) {
+  int device = 0, major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  const DType bf16 = DType::kBFloat16;
+  RowwisePlan plan;
+  ASSERT_TRUE(rowwise_plan(RowwiseOp::kSoftmax, 64, 1024, bf16, true, &plan).ok());
+  EXPECT_STREQ(plan.path, "cached");
+  EXPECT_EQ(plan.row_threads, 32);
+  EXPECT_EQ(plan.chunks, 4);
+  EXPECT_EQ(plan.block_threads, 128);
+  EXPECT_EQ(plan.blocks, 16);
+  ASSERT_TRUE(rowwise_plan(RowwiseOp::kSoftmax, 64, 1024, bf16, false, &plan).ok());
+  EXPECT_STREQ(plan.path, "streamed");
+  ASSERT_TRUE(rowwise_plan(RowwiseOp::kSoftmax, 0, 1024, bf16, true, &plan).ok());
+  EXPECT_STREQ(plan.path, "none");
+  EXPECT_EQ(plan.blocks, 0);
+  // 32768 bf16 columns: past the cached kernels; split over 8 blocks of 128 x 4 chunks on sm_90.
+  for (RowwiseOp op : {RowwiseOp::kSoftmax, RowwiseOp::kSoftmaxBackward, RowwiseOp::kLayerNorm,
+                       RowwiseOp::kRmsNorm, RowwiseOp::kFusedAddRmsNorm}) {
+    SCOPED_TRACE(static_cast<int>(op));
+    ASSERT_TRUE(rowwise_plan(op, 16, 32768, bf16, true, &plan).ok());
+    if (major >= 9) {
+      EXPECT_STREQ(plan.path, "split");
+      EXPECT_EQ(plan.blocks_per_row, 8);
+      EXPECT_EQ(plan.row_threads, 128);
+    } else {
+      EXPECT_STRNE(plan.path, "split");
+    }
+  }
+  // float32 layer norm rows of 4 parts: two rows at once per cluster.
+  ASSERT_TRUE(rowwise_plan(RowwiseOp::kLayerNorm, 16, 8192, DType::kFloat32, true, &plan).ok());
+  EXPECT_STREQ(plan.path, major >= 9 ? "split_rows" : "streamed");
+  // The backward norms: the plan's workspace is what the op asks for.
+  for (RowwiseOp op : {RowwiseOp::kLayerNormBackward, RowwiseOp::kRmsNormBackward}) {
+    for (int64_t cols : {1000, 1024, 32768, 262144}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(op)) + " cols " + std::to_string(cols));
+      size_t bytes = 0;
+      ASSERT_TRUE((op == RowwiseOp::kLayerNormBackward
+                       ? layer_norm_backward_workspace_size(64, cols, bf16, &bytes)
+                       : rms_norm_backward_workspace_size(64, cols, bf16, &bytes))
+                      .ok());
+      ASSERT_TRUE(rowwise_plan(op, 64, cols, bf16, true, &plan).ok());
+      EXPECT_GT(plan.blocks, 0);
+      EXPECT_GT(plan.workspace_bytes, 0u);
+      EXPECT_LE(plan.workspace_bytes, bytes);
+      if (cols <= 1024) {
+        EXPECT_STREQ(plan.path, "cached");
+      }
+    }
   }
 }
 

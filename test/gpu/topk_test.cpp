@@ -331,7 +331,9 @@ TEST_P(TopkDtype, GraphCapture) {
     ASSERT_TRUE(run.x.allocate(dtype, host.size()).ok());
     ASSERT_TRUE(run.values.allocate(dtype, s.rows * k).ok());
     ASSERT_TRUE(run.indices.allocate(DType::kInt64, s.rows * k).ok());
-    if (bytes > 0) ASSERT_TRUE(run.workspace.allocate(static_cast<int64_t>(bytes)).ok());
+    if (bytes > 0) {
+      ASSERT_TRUE(run.workspace.allocate(static_cast<int64_t>(bytes)).ok());
+    }
     ASSERT_TRUE(run.values.poison(stream.get()).ok());
     ASSERT_TRUE(run.indices.poison(stream.get()).ok());
     cudaGraph_t graph = nullptr;
@@ -385,8 +387,8 @@ TEST_P(TopkDtype, BadDeviceArguments) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, TopkDtype, ::testing::ValuesIn(kDtypes),
-                         [](const ::testing::TestParamInfo<DType>& info) {
-                           return std::string(dtype_name(info.param));
+                         [](const ::testing::TestParamInfo<DType>& param_info) {
+                           return std::string(dtype_name(param_info.param));
                          });
 
 // ---------------------------------------------------------------------------------------------
@@ -455,7 +457,9 @@ TEST(TopkHuge, BeyondTwoToThe31Elements) {
     ASSERT_TRUE(x.allocate(dtype, n).ok());
     ASSERT_TRUE(values.allocate(dtype, rows * k).ok());
     ASSERT_TRUE(indices.allocate(DType::kInt32, rows * k).ok());
-    if (bytes > 0) ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
+    if (bytes > 0) {
+      ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
+    }
     ASSERT_TRUE(testing::fill_hashed(x.data(), dtype, n, 21, nullptr).ok());
     ASSERT_TRUE(values.poison(nullptr).ok());
     const TopkOptions options{false, true, DType::kInt32};

@@ -25,6 +25,27 @@ float* const kStats = static_cast<float*>(fake(0x500000));
 void* const kWork = fake(0x600000);
 constexpr DType kF16 = DType::kFloat16;
 
+TEST(RowwiseValidation, Plan) {
+  RowwisePlan plan;
+  EXPECT_TRUE(FailsWith(rowwise_plan(RowwiseOp::kSoftmax, 4, 8, kF16, true, nullptr),
+                        StatusCode::kInvalidArgument, {"rowwise_plan", "plan"}));
+  EXPECT_TRUE(FailsWith(rowwise_plan(RowwiseOp::kSoftmax, -1, 8, kF16, true, &plan),
+                        StatusCode::kInvalidArgument, {"rowwise_plan", "rows", "-1"}));
+  EXPECT_TRUE(FailsWith(rowwise_plan(RowwiseOp::kLayerNorm, 4, 8, DType::kInt32, true, &plan),
+                        StatusCode::kUnsupportedDtype, {"rowwise_plan", "dtype"}));
+  EXPECT_TRUE(FailsWith(rowwise_plan(static_cast<RowwiseOp>(99), 4, 8, kF16, true, &plan),
+                        StatusCode::kInvalidArgument, {"rowwise_plan", "op", "99"}));
+  // No work: no launch, so no device needed.
+  ASSERT_TRUE(rowwise_plan(RowwiseOp::kRmsNormBackward, 0, 8, kF16, true, &plan).ok());
+  EXPECT_STREQ(plan.path, "none");
+  // Rows a block holds need nothing of the device; longer ones ask it (hidden here): a CUDA
+  // error, not a crash.
+  ASSERT_TRUE(rowwise_plan(RowwiseOp::kSoftmax, 4, 8, kF16, true, &plan).ok());
+  EXPECT_STREQ(plan.path, "cached");
+  EXPECT_EQ(rowwise_plan(RowwiseOp::kSoftmax, 4, 1 << 20, kF16, true, &plan).code(),
+            StatusCode::kCudaError);
+}
+
 TEST(RowwiseValidation, Shapes) {
   EXPECT_TRUE(FailsWith(softmax({kX, 8}, {kY, 8}, -1, 8, kF16, nullptr),
                         StatusCode::kInvalidArgument, {"softmax", "rows", "-1"}));

@@ -15,15 +15,7 @@
 namespace cudaops::harness {
 namespace {
 
-enum class Kind {
-  kSoftmax,
-  kSoftmaxBackward,
-  kLayerNorm,
-  kLayerNormBackward,
-  kRmsNorm,
-  kRmsNormBackward,
-  kFusedAddRmsNorm,
-};
+using Kind = RowwiseOp;
 
 constexpr float kLayerNormEps = 1e-5f;
 constexpr float kRmsNormEps = 1e-6f;
@@ -52,9 +44,41 @@ ref::CompareResult gap_failure(int64_t touched) {
   return r;
 }
 
+/// "cached: 4 rows of 32 threads x 4 chunks per block, 1024 blocks" and the like.
+std::string describe(const RowwisePlan& plan) {
+  std::string text = plan.path;
+  if (plan.blocks == 0) return text;
+  text += ": ";
+  if (plan.blocks_per_row > 1) {
+    text += std::to_string(plan.blocks_per_row) + " blocks per row of ";
+  } else if (plan.row_threads > 0 && plan.block_threads > plan.row_threads) {
+    text += std::to_string(plan.block_threads / plan.row_threads) + " rows per block of ";
+  } else {
+    text += "blocks of ";
+  }
+  text += std::to_string(plan.row_threads > 0 ? plan.row_threads : plan.block_threads) + " threads";
+  if (plan.chunks > 0) text += " x " + std::to_string(plan.chunks) + " chunks";
+  text += ", " + std::to_string(plan.blocks) + " blocks";
+  if (plan.smem_bytes > 0) text += ", " + std::to_string(plan.smem_bytes) + " B dynamic shared";
+  if (plan.workspace_bytes > 0)
+    text += ", " + std::to_string(plan.workspace_bytes) + " B workspace";
+  return text;
+}
+
 class RowwiseCase : public OpCase {
  public:
   RowwiseCase(Kind kind, const CaseConfig& config) : kind_(kind), config_(config) {}
+
+  std::string launch() const override {
+    const int64_t size = dtype_size(config_.dtype);
+    // Every matrix starts offset elements past a 256-byte boundary, with the same row stride.
+    const bool aligned = (config_.offset * size) % 16 == 0 && (shape_.row_stride * size) % 16 == 0;
+    RowwisePlan plan;
+    if (!rowwise_plan(kind_, shape_.rows, shape_.cols, config_.dtype, aligned, &plan).ok()) {
+      return {};
+    }
+    return describe(plan);
+  }
 
   Status prepare() {
     const int64_t rows = dim_value(config_.dims, "rows");

@@ -1,4 +1,5 @@
-// Row-wise top-k.
+// Row-wise top-k: the kernels and their launches, included by one translation unit per dtype
+// (topk_<dtype>.cu).
 //
 // Every element becomes a 32-bit key whose unsigned order is the rank order (for the k largest,
 // the order of the values; for the k smallest, its reverse), and an item (key << 32 | ~column)
@@ -1388,121 +1389,119 @@ Status clusters_at_once(const char* op, int tiles, int* count) {
 
 }  // namespace
 
-Status run(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values, MatrixRef indices,
-           int64_t rows, DType dtype, const TopkOptions& options, void* workspace,
-           cudaStream_t stream) {
-  return dispatch_float(op, dtype, [&](auto tag) -> Status {
-    using T = decltype(tag);
-    Out<T> final_out;
-    final_out.values = static_cast<T*>(values.data);
-    final_out.values_stride = values.row_stride;
-    final_out.indices = indices.data;
-    final_out.indices_stride = indices.row_stride;
-    final_out.index64 = options.index_dtype == DType::kInt64;
-    final_out.sorted = options.sorted;
-    final_out.largest = options.largest;
-    const int slot = static_cast<int>(slot_items(plan.levels.front().k));
-    auto items = [&](size_t i) {
-      return reinterpret_cast<uint64_t*>(static_cast<char*>(workspace) +
-                                         plan.buffers[i % 2].items_offset);
-    };
-    auto counts = [&](size_t i) {
-      return reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) +
-                                         plan.buffers[i % 2].counts_offset);
-    };
-    const size_t levels = plan.levels.size();
-    // Rows of a few cluster tiles, all of which the device holds at once, are selected in one
-    // launch (one cluster per row); otherwise level by level.
-    const Level& first = plan.levels.front();
-    if (first.n > kValueTile && first.n <= kMaxRowCluster * kClusterTile) {
-      const int tiles = static_cast<int>((first.n + kClusterTile - 1) / kClusterTile);
-      int at_once = 0;
-      if (Status s = clusters_at_once<T>(op, tiles, &at_once); !s.ok()) return s;
-      if (rows <= at_once) {
+template <typename T>
+Status run_typed(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef values,
+                 MatrixRef indices, int64_t rows, const TopkOptions& options, void* workspace,
+                 cudaStream_t stream) {
+  Out<T> final_out;
+  final_out.values = static_cast<T*>(values.data);
+  final_out.values_stride = values.row_stride;
+  final_out.indices = indices.data;
+  final_out.indices_stride = indices.row_stride;
+  final_out.index64 = options.index_dtype == DType::kInt64;
+  final_out.sorted = options.sorted;
+  final_out.largest = options.largest;
+  const int slot = static_cast<int>(slot_items(plan.levels.front().k));
+  auto items = [&](size_t i) {
+    return reinterpret_cast<uint64_t*>(static_cast<char*>(workspace) +
+                                       plan.buffers[i % 2].items_offset);
+  };
+  auto counts = [&](size_t i) {
+    return reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) +
+                                       plan.buffers[i % 2].counts_offset);
+  };
+  const size_t levels = plan.levels.size();
+  // Rows of a few cluster tiles, all of which the device holds at once, are selected in one
+  // launch (one cluster per row); otherwise level by level.
+  const Level& first = plan.levels.front();
+  if (first.n > kValueTile && first.n <= kMaxRowCluster * kClusterTile) {
+    const int tiles = static_cast<int>((first.n + kClusterTile - 1) / kClusterTile);
+    int at_once = 0;
+    if (Status s = clusters_at_once<T>(op, tiles, &at_once); !s.ok()) return s;
+    if (rows <= at_once) {
+      ValueArgs<T> args;
+      args.x = static_cast<const T*>(x.data);
+      args.x_stride = x.row_stride;
+      args.n = first.n;
+      // Balanced tiles, each a multiple of 8 values (16-byte aligned when the row is).
+      args.tile = static_cast<int>(((first.n + tiles - 1) / tiles + 7) / 8 * 8);
+      args.tiles = tiles;
+      args.k = first.k;
+      args.cluster = tiles;
+      args.out = final_out;
+      return launch_values<T, true, kWideThreads, kClusterKeys>(op, args, rows, stream);
+    }
+  }
+  // Kernels after the first may start early (sm_90 images: they wait for the results).
+  int sm90 = 0;
+  if (levels > 1 || plan.samples > 0) {
+    if (Status s = clusters_at_once<T>(op, 1, &sm90); !s.ok()) return s;
+  }
+  for (size_t i = 0; i < levels; ++i) {
+    const Level& level = plan.levels[i];
+    const bool last = i + 1 == levels;
+    Out<T> out = final_out;
+    if (!last) {
+      out.items = items(i);
+      out.counts = counts(i);
+      out.slot = slot;
+    }
+    const Status status = [&] {
+      if (i == 0) {
+        uint32_t* bounds =
+            reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + plan.bounds_offset);
         ValueArgs<T> args;
         args.x = static_cast<const T*>(x.data);
         args.x_stride = x.row_stride;
-        args.n = first.n;
-        // Balanced tiles, each a multiple of 8 values (16-byte aligned when the row is).
-        args.tile = static_cast<int>(((first.n + tiles - 1) / tiles + 7) / 8 * 8);
-        args.tiles = tiles;
-        args.k = first.k;
-        args.cluster = tiles;
-        args.out = final_out;
-        return launch_values<T, true, kWideThreads, kClusterKeys>(op, args, rows, stream);
-      }
-    }
-    // Kernels after the first may start early (sm_90 images: they wait for the results).
-    int sm90 = 0;
-    if (levels > 1 || plan.samples > 0) {
-      if (Status s = clusters_at_once<T>(op, 1, &sm90); !s.ok()) return s;
-    }
-    for (size_t i = 0; i < levels; ++i) {
-      const Level& level = plan.levels[i];
-      const bool last = i + 1 == levels;
-      Out<T> out = final_out;
-      if (!last) {
-        out.items = items(i);
-        out.counts = counts(i);
-        out.slot = slot;
-      }
-      const Status status = [&] {
-        if (i == 0) {
-          uint32_t* bounds =
-              reinterpret_cast<uint32_t*>(static_cast<char*>(workspace) + plan.bounds_offset);
-          ValueArgs<T> args;
-          args.x = static_cast<const T*>(x.data);
-          args.x_stride = x.row_stride;
-          args.n = level.n;
-          args.tile = level.tile;
-          args.tiles = level.tiles;
-          args.k = level.k;
-          args.out = out;
-          const bool narrow = level.tile <= kSmallTile && level.k <= kSmallK;
-          if (plan.samples > 0) {  // the row's tiles are wide and not its last
-            ValueArgs<T> sample = args;
-            sample.k = plan.sample_k;
-            sample.sample_out = bounds;
-            sample.samples = plan.samples;
-            if (Status s = launch_values<T, false, kWideThreads>(op, sample, rows, stream);
-                !s.ok()) {
-              return s;
-            }
-            args.sample_in = bounds;
-            args.samples = plan.samples;
-          }
-          if (last) {
-            return narrow ? launch_values<T, true, kNarrowThreads>(op, args, rows, stream)
-                          : launch_values<T, true, kWideThreads>(op, args, rows, stream);
-          }
-          const bool dependent = plan.samples > 0 && sm90 > 0;  // on the sampling launch
-          return narrow ? launch_values<T, false, kNarrowThreads>(op, args, rows, stream)
-                        : launch_values<T, false, kWideThreads>(op, args, rows, stream, dependent);
-        }
-        GatherArgs<T> args;
-        args.in = items(i - 1);
-        args.in_counts = counts(i - 1);
-        args.lists_in = plan.levels[i - 1].tiles;
-        args.lists = level.lists;
+        args.n = level.n;
+        args.tile = level.tile;
         args.tiles = level.tiles;
         args.k = level.k;
-        args.slot = slot;
-        args.capacity = level.capacity;
-        while ((1 << args.slot_log2) < slot)
-          ++args.slot_log2;
         args.out = out;
-        return last ? launch_gather<T, true>(op, args, rows, stream, sm90 > 0)
-                    : launch_gather<T, false>(op, args, rows, stream, sm90 > 0);
-      }();
-      if (!status.ok()) return status;
-    }
-    return Status();
-  });
-}
-
-const void* topk_family_kernel() {
-  return reinterpret_cast<const void*>(topk_values_kernel<float, true, kWideThreads>);
+        const bool narrow = level.tile <= kSmallTile && level.k <= kSmallK;
+        if (plan.samples > 0) {  // the row's tiles are wide and not its last
+          ValueArgs<T> sample = args;
+          sample.k = plan.sample_k;
+          sample.sample_out = bounds;
+          sample.samples = plan.samples;
+          if (Status s = launch_values<T, false, kWideThreads>(op, sample, rows, stream); !s.ok()) {
+            return s;
+          }
+          args.sample_in = bounds;
+          args.samples = plan.samples;
+        }
+        if (last) {
+          return narrow ? launch_values<T, true, kNarrowThreads>(op, args, rows, stream)
+                        : launch_values<T, true, kWideThreads>(op, args, rows, stream);
+        }
+        const bool dependent = plan.samples > 0 && sm90 > 0;  // on the sampling launch
+        return narrow ? launch_values<T, false, kNarrowThreads>(op, args, rows, stream)
+                      : launch_values<T, false, kWideThreads>(op, args, rows, stream, dependent);
+      }
+      GatherArgs<T> args;
+      args.in = items(i - 1);
+      args.in_counts = counts(i - 1);
+      args.lists_in = plan.levels[i - 1].tiles;
+      args.lists = level.lists;
+      args.tiles = level.tiles;
+      args.k = level.k;
+      args.slot = slot;
+      args.capacity = level.capacity;
+      while ((1 << args.slot_log2) < slot)
+        ++args.slot_log2;
+      args.out = out;
+      return last ? launch_gather<T, true>(op, args, rows, stream, sm90 > 0)
+                  : launch_gather<T, false>(op, args, rows, stream, sm90 > 0);
+    }();
+    if (!status.ok()) return status;
+  }
+  return Status();
 }
 
 }  // namespace detail::topk
 }  // namespace cudaops
+
+#define CUDAOPS_TOPK_INSTANTIATE(T)                                                                \
+  template cudaops::Status cudaops::detail::topk::run_typed<T>(                                    \
+      const char*, const Plan&, ConstMatrixRef, MatrixRef, MatrixRef, int64_t, const TopkOptions&, \
+      void*, cudaStream_t);
