@@ -19,6 +19,10 @@ function(cudaops_target_defaults target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wconversion -Wno-sign-conversion>
     $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Wall,-Wextra --expt-relaxed-constexpr>)
+  if(CUDAOPS_WARNINGS_AS_ERRORS)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>
+                                             $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Werror>)
+  endif()
 endfunction()
 
 # The CUDA runtime for a host-only target (tests, CLI, harness): the static runtime by default,
