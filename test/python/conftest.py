@@ -9,7 +9,7 @@ import pytest
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import cudaops
-from cudaops import _core
+import dlpack_capsules
 
 # A fake device address: the module must never dereference it.
 FAKE_PTR = 0x7F0000000000
@@ -52,9 +52,9 @@ class DLPackStandIn:
             raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
         self.calls.append({"stream": stream, "max_version": max_version})
         versioned = self.versioned and max_version is not None and max_version[0] >= 1
-        return _core._testing.make_capsule(device_type=self.capsule_device[0],
-                                           device_id=self.capsule_device[1],
-                                           versioned=versioned, **self.kwargs)
+        return dlpack_capsules.make_capsule(device_type=self.capsule_device[0],
+                                            device_id=self.capsule_device[1],
+                                            versioned=versioned, **self.kwargs)
 
 
 class CAIStandIn:

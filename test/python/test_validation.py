@@ -4,7 +4,7 @@ without a GPU: each error is raised before any CUDA call."""
 import pytest
 
 import cudaops
-from cudaops import _core
+import dlpack_capsules
 
 
 def run(fn, *args, **kwargs):
@@ -194,12 +194,12 @@ def test_element_count_overflow(cai):
 
 
 def test_unknown_dlpack_major_version(dl):
-    before = _core._testing.deleter_calls()
+    before = dlpack_capsules.deleter_calls()
     with pytest.raises(ValueError, match=r"add: a: DLPack version 2\.0 is not supported "
                                          r"\(expected major version 1\)"):
         cudaops.add(dl([4], major=2), dl([4]))
     # The refused tensor was still released.
-    assert _core._testing.deleter_calls() == before + 1
+    assert dlpack_capsules.deleter_calls() == before + 1
 
 
 def test_not_a_capsule():
@@ -244,11 +244,11 @@ def test_legacy_fallback(dl):
 
 
 def test_capsules_are_released(dl):
-    before = _core._testing.deleter_calls()
+    before = dlpack_capsules.deleter_calls()
     a, b = dl([5], versioned=True), dl([5], versioned=False)
     with pytest.raises(ValueError):
         cudaops.add(a, b, out=dl([6]))
-    assert _core._testing.deleter_calls() == before + 3
+    assert dlpack_capsules.deleter_calls() == before + 3
 
 
 def test_zero_size_needs_no_device(dl, cai):

@@ -125,7 +125,4 @@ bool fast_paths();
 /// "float32" / a DType name / an object whose str() is one: the dtype it names.
 DType parse_dtype_arg(py::handle obj, const char* op);
 
-/// Testing aid: a DLPack capsule describing arbitrary memory, never dereferenced by the module.
-void bind_testing(py::module_& m);
-
 }  // namespace cudaops::python

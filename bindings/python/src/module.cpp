@@ -65,5 +65,4 @@ PYBIND11_MODULE(_core, m) {
         return count;
       },
       "Number of usable CUDA devices; 0 without a GPU or a driver (never raises).");
-  bind_testing(m);
 }
