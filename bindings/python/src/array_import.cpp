@@ -41,7 +41,7 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access, E
   ArrayView view;
   view.name = name;
   bool done = false;
-  if (g_fast_paths.load(std::memory_order_relaxed)) {
+  if (fast_paths()) {
     if (py::isinstance<Array>(obj)) {
       const Array& array = obj.cast<const Array&>();
       view.data = array.data();

@@ -1,0 +1,420 @@
+// Batched k-means: the public entry points check every argument, size the workspace and pick the
+// kernels' dtype (kmeans_<dtype>.cu).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "core/dispatch.cuh"
+#include "core/launch.h"
+#include "core/validate.h"
+#include "cudaops/kmeans.h"
+#include "kmeans/kmeans_plan.h"
+
+namespace cudaops {
+namespace detail::kmeans {
+
+namespace {
+
+/// a * b, or false when it overflows int64 (both >= 0).
+bool mul(int64_t a, int64_t b, int64_t* out) {
+  if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) return false;
+  *out = a * b;
+  return true;
+}
+
+struct Builder {
+  size_t offset = 0;
+  bool overflow = false;
+  Piece add(int64_t count, int64_t element) {
+    int64_t bytes = 0;
+    if (!mul(count, element, &bytes) ||
+        bytes > std::numeric_limits<int64_t>::max() / 2 - static_cast<int64_t>(offset)) {
+      overflow = true;
+      return {};
+    }
+    Piece p{offset, static_cast<size_t>(bytes)};
+    offset += (static_cast<size_t>(bytes) + 255) / 256 * 256;
+    return p;
+  }
+};
+
+}  // namespace
+
+Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, bool fit,
+                   bool center, bool random_init, bool own_centroids, bool want_distances) {
+  (void)want_distances;
+  Layout l;
+  l.batch = batch;
+  l.n = n;
+  l.d = d;
+  l.k = k;
+  const int64_t element = element_size(dtype);
+  l.d_pad = padded_dims(d, element);
+  Builder b;
+  int64_t bn = 0, bk = 0, bkd = 0, bkp = 0, bd = 0;
+  if (!mul(batch, n, &bn) || !mul(batch, k, &bk) || !mul(bk, d, &bkd) ||
+      !mul(bk, l.d_pad, &bkp) || !mul(batch, d, &bd)) {
+    l.bytes = std::numeric_limits<size_t>::max();
+    return l;
+  }
+  if (center) l.means = b.add(bd, 4);
+  l.point_w = b.add(bn, 4);
+  if (fit && !own_centroids) l.centroids = b.add(bkd, 4);
+  l.operand = b.add(bkp, element);
+  l.bias = b.add(bk, 4);
+  l.labels = b.add(bn, 4);
+  l.scores = b.add(bn, 4);
+  if (fit) l.counts = b.add(bk, 4);
+  if (fit && random_init) {
+    l.rows = b.add(bk, 4);
+    int64_t words = 0;
+    if (!mul(batch, (n + 31) / 32, &words)) b.overflow = true;
+    l.bitmap = b.add(words, 4);
+  }
+  l.bytes = b.overflow ? std::numeric_limits<size_t>::max() : b.offset;
+  return l;
+}
+
+namespace {
+
+Status invalid(const char* op, const std::string& text) {
+  return Status(StatusCode::kInvalidArgument, std::string(op) + ": " + text);
+}
+
+/// The points' checks, shared by kmeans and kmeans_assign; fills in the defaults of ld and
+/// batch_stride.
+Status check_points(const char* op, KmeansPoints* p) {
+  const int64_t element = element_size(p->dtype);
+  if (element == 0) {
+    std::ostringstream text;
+    text << op << ": points.dtype " << dtype_name(p->dtype)
+         << " is not supported; expected float32, float16 or bfloat16";
+    return Status(StatusCode::kUnsupportedDtype, text.str());
+  }
+  if (Status s = check_count(op, "points.batch", p->batch); !s.ok()) return s;
+  if (Status s = check_count(op, "points.n", p->n); !s.ok()) return s;
+  if (p->n > std::numeric_limits<int32_t>::max()) {
+    return invalid(op, "points.n " + std::to_string(p->n) + " must be below 2^31");
+  }
+  if (p->d < 1) return invalid(op, "points.d must be >= 1, got " + std::to_string(p->d));
+  if (p->d * element > kMaxRowBytes) {
+    std::ostringstream text;
+    text << op << ": points.d " << p->d << " is above the largest supported, "
+         << kMaxRowBytes / element << " for " << dtype_name(p->dtype);
+    return Status(StatusCode::kNotSupported, text.str());
+  }
+  if (p->ld == 0) p->ld = p->d;
+  if (p->ld < p->d) {
+    return invalid(op, "points.ld (" + std::to_string(p->ld) + ") must be >= points.d (" +
+                           std::to_string(p->d) + ")");
+  }
+  if (p->ld * element % 16 != 0) {
+    std::ostringstream text;
+    text << op << ": points.ld * element size (" << p->ld << " x " << element
+         << " bytes) must be a multiple of 16 bytes";
+    return Status(StatusCode::kMisaligned, text.str());
+  }
+  int64_t span = 0;
+  if (p->offsets == nullptr) {
+    if (p->batch_stride == 0 && !mul(p->n, p->ld, &p->batch_stride)) {
+      return invalid(op, "points.n * points.ld overflows int64");
+    }
+    if (p->batch_stride < 0) {
+      return invalid(op, "points.batch_stride must be >= 0, got " +
+                             std::to_string(p->batch_stride));
+    }
+    if (p->batch_stride * element % 16 != 0) {
+      return Status(StatusCode::kMisaligned,
+                    std::string(op) + ": points.batch_stride * element size must be a multiple "
+                                      "of 16 bytes");
+    }
+    int64_t last = 0, rows = 0;
+    if (p->batch > 0 && p->n > 0 &&
+        (!mul(p->batch - 1, p->batch_stride, &last) || !mul(p->n - 1, p->ld, &rows) ||
+         last > std::numeric_limits<int64_t>::max() / 4 - rows)) {
+      return invalid(op, "the points' extent overflows int64");
+    }
+    span = last + rows;
+  }
+  (void)span;
+  int64_t work = 0;
+  if (!mul(p->batch, p->n, &work)) return invalid(op, "points.batch * points.n overflows int64");
+  if (work > 0 && p->data == nullptr) {
+    return invalid(op, "points.data must not be null when there are points");
+  }
+  if (work > 0 && reinterpret_cast<uintptr_t>(p->data) % 16 != 0) {
+    std::ostringstream text;
+    text << op << ": points.data (" << p->data << ") must be 16-byte aligned";
+    return Status(StatusCode::kMisaligned, text.str());
+  }
+  if (p->batch > 0 && p->offsets != nullptr &&
+      reinterpret_cast<uintptr_t>(p->offsets) % alignof(int64_t) != 0) {
+    return Status(StatusCode::kMisaligned, std::string(op) + ": points.offsets must be 8-byte aligned");
+  }
+  return Status();
+}
+
+Status check_metric(const char* op, KmeansMetric metric) {
+  if (metric != KmeansMetric::kL2 && metric != KmeansMetric::kCosine) {
+    return invalid(op, "metric " + std::to_string(static_cast<int>(metric)) +
+                           " is not kL2 (0) or kCosine (1)");
+  }
+  return Status();
+}
+
+Status check_params(const char* op, const KmeansPoints& p, const KmeansParams& params) {
+  if (params.n_clusters < 1) {
+    return invalid(op, "n_clusters must be >= 1, got " + std::to_string(params.n_clusters));
+  }
+  if (params.n_clusters > p.n) {
+    return invalid(op, "n_clusters (" + std::to_string(params.n_clusters) +
+                           ") must be <= points.n (" + std::to_string(p.n) + ")");
+  }
+  if (params.n_iters < 0) {
+    return invalid(op, "n_iters must be >= 0, got " + std::to_string(params.n_iters));
+  }
+  if (Status s = check_metric(op, params.metric); !s.ok()) return s;
+  if (params.init != KmeansInit::kStrided && params.init != KmeansInit::kRandom &&
+      params.init != KmeansInit::kGiven) {
+    return invalid(op, "init " + std::to_string(static_cast<int>(params.init)) +
+                           " is not kStrided, kRandom or kGiven");
+  }
+  if (params.empty != KmeansEmpty::kKeep && params.empty != KmeansEmpty::kFarthest) {
+    return invalid(op, "empty " + std::to_string(static_cast<int>(params.empty)) +
+                           " is not kKeep or kFarthest");
+  }
+  return Status();
+}
+
+Status check_output(const char* op, const char* name, const void* ptr, bool required,
+                    int64_t count, DType dtype) {
+  if (ptr == nullptr && !required) return Status();
+  return check_pointer(op, name, ptr, count, dtype);
+}
+
+Status check_workspace(const char* op, const Layout& layout, void* workspace, size_t bytes,
+                       const char* query) {
+  if (bytes < layout.bytes) {
+    std::ostringstream text;
+    text << op << ": workspace_bytes " << bytes << " is below the " << layout.bytes
+         << " bytes " << query << " gives for these points";
+    return Status(StatusCode::kWorkspaceTooSmall, text.str());
+  }
+  if (layout.bytes > 0 && workspace == nullptr) return invalid(op, "d_workspace must not be null");
+  if (layout.bytes > 0 && reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
+    std::ostringstream text;
+    text << op << ": d_workspace (" << workspace << ") must be 256-byte aligned";
+    return Status(StatusCode::kMisaligned, text.str());
+  }
+  return Status();
+}
+
+Status require_tensor_cores(const char* op) {
+  int device = 0, major = 0;
+  if (const cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
+    return cuda_status(error, op, "querying the device");
+  }
+  if (const cudaError_t error =
+          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+      error != cudaSuccess) {
+    return cuda_status(error, op, "querying the device");
+  }
+  if (major < 8) {
+    return Status(StatusCode::kNotSupported,
+                  std::string(op) + ": needs compute capability 8.0 or newer (device " +
+                      std::to_string(device) + " is " + std::to_string(major) + ".x)");
+  }
+  return Status();
+}
+
+template <typename T>
+T* piece(void* workspace, const Piece& p) {
+  return p.bytes == 0 ? nullptr
+                      : reinterpret_cast<T*>(static_cast<char*>(workspace) + p.offset);
+}
+
+Call make_call(const KmeansPoints& points, const Layout& layout, void* workspace, int64_t k,
+               KmeansMetric metric) {
+  Call call;
+  call.points = points;
+  call.k = k;
+  call.d_pad = layout.d_pad;
+  call.metric = metric;
+  call.means = piece<float>(workspace, layout.means);
+  call.point_w = piece<float>(workspace, layout.point_w);
+  call.centroids = piece<float>(workspace, layout.centroids);
+  call.operand = piece<void>(workspace, layout.operand);
+  call.bias = piece<float>(workspace, layout.bias);
+  call.labels = piece<int32_t>(workspace, layout.labels);
+  call.scores = piece<float>(workspace, layout.scores);
+  call.counts = piece<int32_t>(workspace, layout.counts);
+  call.rows = piece<int32_t>(workspace, layout.rows);
+  call.bitmap = piece<uint32_t>(workspace, layout.bitmap);
+  return call;
+}
+
+constexpr const char* kFit = "kmeans";
+constexpr const char* kAssign = "kmeans_assign";
+
+Layout fit_layout(const KmeansPoints& p, const KmeansParams& params, DType centroid_dtype) {
+  return make_layout(p.batch, p.n, p.d, params.n_clusters, p.dtype, true, params.center,
+                     params.init == KmeansInit::kRandom, centroid_dtype == DType::kFloat32,
+                     false);
+}
+
+}  // namespace
+}  // namespace detail::kmeans
+
+using namespace detail::kmeans;  // NOLINT(google-build-using-namespace): this family's host side
+
+Status kmeans_workspace_size(const KmeansPoints& points, const KmeansParams& params,
+                             size_t* bytes) {
+  if (bytes == nullptr) return detail::kmeans::invalid("kmeans_workspace_size", "bytes must not be null");
+  KmeansPoints p = points;
+  if (Status s = check_points("kmeans_workspace_size", &p); !s.ok()) return s;
+  if (Status s = check_params("kmeans_workspace_size", p, params); !s.ok()) return s;
+  // The larger of the two centroid dtypes' layouts: the query does not know which is asked.
+  const Layout own = fit_layout(p, params, DType::kFloat32);
+  const Layout other = fit_layout(p, params, p.dtype);
+  const size_t need = std::max(own.bytes, other.bytes);
+  if (need == std::numeric_limits<size_t>::max()) {
+    return detail::kmeans::invalid("kmeans_workspace_size", "the workspace size overflows");
+  }
+  *bytes = need;
+  return Status();
+}
+
+Status kmeans(const KmeansPoints& points, const KmeansParams& params, const KmeansResult& result,
+              void* d_workspace, size_t workspace_bytes, cudaStream_t stream) {
+  KmeansPoints p = points;
+  if (Status s = check_points(kFit, &p); !s.ok()) return s;
+  if (Status s = check_params(kFit, p, params); !s.ok()) return s;
+  const int64_t k = params.n_clusters;
+  if (result.centroid_dtype != DType::kFloat32 && result.centroid_dtype != p.dtype) {
+    std::ostringstream text;
+    text << kFit << ": result.centroid_dtype " << dtype_name(result.centroid_dtype)
+         << " is not supported; expected float32 or the points' dtype (" << dtype_name(p.dtype)
+         << ")";
+    return Status(StatusCode::kUnsupportedDtype, text.str());
+  }
+  const int64_t bk = p.batch * k;  // checked by the layout below
+  const Layout layout = fit_layout(p, params, result.centroid_dtype);
+  if (layout.bytes == std::numeric_limits<size_t>::max()) {
+    return detail::kmeans::invalid(kFit, "the problem's sizes overflow");
+  }
+  if (Status s = check_output(kFit, "result.centroids", result.centroids, true, bk * p.d,
+                              result.centroid_dtype);
+      !s.ok())
+    return s;
+  if (Status s = check_output(kFit, "result.labels", result.labels, false, p.batch * p.n,
+                              DType::kInt32);
+      !s.ok())
+    return s;
+  if (Status s = check_output(kFit, "result.sizes", result.sizes, false, bk, DType::kInt32);
+      !s.ok())
+    return s;
+  if (Status s = check_output(kFit, "result.objective", result.objective, false, p.batch,
+                              DType::kFloat32);
+      !s.ok())
+    return s;
+  if (Status s = check_output(kFit, "result.means", result.means, false, p.batch * p.d,
+                              DType::kFloat32);
+      !s.ok())
+    return s;
+  if (Status s = check_workspace(kFit, layout, d_workspace, workspace_bytes,
+                                 "kmeans_workspace_size");
+      !s.ok())
+    return s;
+  // Launch limits: a block per problem, and per 256 points of one.
+  if (p.batch > std::numeric_limits<int32_t>::max() ||
+      p.batch * ((p.n + 255) / 256 + 1) > std::numeric_limits<int32_t>::max()) {
+    return detail::kmeans::invalid(kFit, "points.batch * points.n is too large for one launch");
+  }
+  if (p.batch == 0) return Status();
+  if (Status s = require_tensor_cores(kFit); !s.ok()) return s;
+  Call call = make_call(p, layout, d_workspace, k, params.metric);
+  call.center = params.center;
+  call.compute_means = params.center;
+  if (params.center && result.means != nullptr) call.means = result.means;
+  if (result.centroid_dtype == DType::kFloat32) call.centroids = static_cast<float*>(result.centroids);
+  return detail::dispatch_float(kFit, p.dtype, [&](auto tag) {
+    return fit<decltype(tag)>(call, params, result, stream);
+  });
+}
+
+Status kmeans_assign_workspace_size(const KmeansPoints& points, const KmeansCentroids& centroids,
+                                    KmeansMetric metric, size_t* bytes) {
+  constexpr const char* kQuery = "kmeans_assign_workspace_size";
+  if (bytes == nullptr) return detail::kmeans::invalid(kQuery, "bytes must not be null");
+  KmeansPoints p = points;
+  if (Status s = check_points(kQuery, &p); !s.ok()) return s;
+  if (Status s = check_metric(kQuery, metric); !s.ok()) return s;
+  if (centroids.n_clusters < 1) {
+    return detail::kmeans::invalid(kQuery, "centroids.n_clusters must be >= 1");
+  }
+  const Layout layout = make_layout(p.batch, p.n, p.d, centroids.n_clusters, p.dtype, false,
+                                    false, false, true, true);
+  if (layout.bytes == std::numeric_limits<size_t>::max()) {
+    return detail::kmeans::invalid(kQuery, "the workspace size overflows");
+  }
+  *bytes = layout.bytes;
+  return Status();
+}
+
+Status kmeans_assign(const KmeansPoints& points, const KmeansCentroids& centroids,
+                     KmeansMetric metric, int32_t* d_labels, float* d_distances,
+                     void* d_workspace, size_t workspace_bytes, cudaStream_t stream) {
+  KmeansPoints p = points;
+  if (Status s = check_points(kAssign, &p); !s.ok()) return s;
+  if (Status s = check_metric(kAssign, metric); !s.ok()) return s;
+  const int64_t k = centroids.n_clusters;
+  if (k < 1) return detail::kmeans::invalid(kAssign, "centroids.n_clusters must be >= 1");
+  if (centroids.dtype != DType::kFloat32 && centroids.dtype != p.dtype) {
+    std::ostringstream text;
+    text << kAssign << ": centroids.dtype " << dtype_name(centroids.dtype)
+         << " is not supported; expected float32 or the points' dtype (" << dtype_name(p.dtype)
+         << ")";
+    return Status(StatusCode::kUnsupportedDtype, text.str());
+  }
+  const Layout layout = make_layout(p.batch, p.n, p.d, k, p.dtype, false, false, false, true, true);
+  if (layout.bytes == std::numeric_limits<size_t>::max()) {
+    return detail::kmeans::invalid(kAssign, "the problem's sizes overflow");
+  }
+  const int64_t work = p.batch * p.n;
+  if (Status s = check_output(kAssign, "centroids.data", centroids.data, work > 0,
+                              p.batch * k * p.d, centroids.dtype);
+      !s.ok())
+    return s;
+  if (Status s = check_output(kAssign, "centroids.means", centroids.means, false, p.batch * p.d,
+                              DType::kFloat32);
+      !s.ok())
+    return s;
+  if (Status s = check_output(kAssign, "d_labels", d_labels, work > 0, work, DType::kInt32);
+      !s.ok())
+    return s;
+  if (Status s = check_output(kAssign, "d_distances", d_distances, false, work, DType::kFloat32);
+      !s.ok())
+    return s;
+  if (Status s = check_workspace(kAssign, layout, d_workspace, workspace_bytes,
+                                 "kmeans_assign_workspace_size");
+      !s.ok())
+    return s;
+  if (p.batch > std::numeric_limits<int32_t>::max() ||
+      p.batch * ((p.n + 255) / 256 + 1) > std::numeric_limits<int32_t>::max()) {
+    return detail::kmeans::invalid(kAssign, "points.batch * points.n is too large for one launch");
+  }
+  if (work == 0) return Status();
+  if (Status s = require_tensor_cores(kAssign); !s.ok()) return s;
+  Call call = make_call(p, layout, d_workspace, k, metric);
+  call.center = centroids.means != nullptr;
+  call.means = const_cast<float*>(centroids.means);  // read only: compute_means is false
+  return detail::dispatch_float(kAssign, p.dtype, [&](auto tag) {
+    return assign<decltype(tag)>(call, centroids, d_labels, d_distances, stream);
+  });
+}
+
+}  // namespace cudaops

@@ -1,0 +1,98 @@
+#pragma once
+
+// Batched k-means: how a call is laid out (host only, so that the workspace size needs no GPU),
+// and the typed launch entry points, built one dtype per translation unit (kmeans_<dtype>.cu).
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cudaops/kmeans.h"
+#include "cudaops/status.h"
+
+namespace cudaops::detail::kmeans {
+
+/// Most dimensions the tensor-core assignment takes: 512 16-bit or 256 float32 values per row.
+inline constexpr int64_t kMaxRowBytes = 1024;
+/// Centroids the assignment takes per step.
+inline constexpr int kChunk = 64;
+/// Most empty clusters re-seeded per problem and iteration (KmeansEmpty::kFarthest).
+inline constexpr int kMaxReseeds = 32;
+
+/// The element size of a dtype the points may have (0 for others).
+inline int64_t element_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 4;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+/// d rounded up to whole 32-byte steps of the matrix products (16 values of 16 bits, 8 of float32).
+inline int64_t padded_dims(int64_t d, int64_t element) {
+  const int64_t step = 32 / element;
+  return (d + step - 1) / step * step;
+}
+
+/// One 256-byte aligned piece of the workspace.
+struct Piece {
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
+/// The workspace of one call, every piece 256-byte aligned.
+struct Layout {
+  int64_t batch = 0, n = 0, d = 0, k = 0, d_pad = 0;
+  Piece means;      // [batch, d] float32 (center)
+  Piece point_w;    // [batch, n] float32: cosine 1 / |y_i|, L2 |y_i|^2
+  Piece centroids;  // [batch, k, d] float32 (when the result's are not float32)
+  Piece operand;    // [batch, k, d_pad] in the points' dtype (float32: TF32-rounded)
+  Piece bias;       // [batch, k] float32
+  Piece labels;     // [batch, n] int32
+  Piece scores;     // [batch, n] float32
+  Piece counts;     // [batch, k] int32
+  Piece rows;       // [batch, k] int32 (kRandom: the rows drawn)
+  Piece bitmap;     // [batch, ceil(n / 32)] uint32 (kRandom)
+  size_t bytes = 0;
+};
+
+/// The layout for a kmeans call (fit = true) or a kmeans_assign call (fit = false; means and
+/// point weights only where asked).
+Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, bool fit,
+                   bool center, bool random_init, bool own_centroids, bool want_distances);
+
+/// What the typed launches need (every size checked, pointers into the workspace resolved).
+struct Call {
+  KmeansPoints points;
+  int64_t k = 0;
+  int64_t d_pad = 0;
+  KmeansMetric metric = KmeansMetric::kL2;
+  bool center = false;         // subtract `means` from the points
+  bool compute_means = false;  // compute them first (kmeans with center)
+  float* means = nullptr;
+  float* point_w = nullptr;
+  float* centroids = nullptr;  // float32 working centroids
+  void* operand = nullptr;
+  float* bias = nullptr;
+  int32_t* labels = nullptr;
+  float* scores = nullptr;
+  int32_t* counts = nullptr;
+  int32_t* rows = nullptr;
+  uint32_t* bitmap = nullptr;
+};
+
+/// kmeans for points of T (T = float, __half or __nv_bfloat16).
+template <typename T>
+Status fit(const Call& call, const KmeansParams& params, const KmeansResult& result,
+           cudaStream_t stream);
+
+/// kmeans_assign for points of T.
+template <typename T>
+Status assign(const Call& call, const KmeansCentroids& centroids, int32_t* labels,
+              float* distances, cudaStream_t stream);
+
+}  // namespace cudaops::detail::kmeans

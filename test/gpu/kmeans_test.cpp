@@ -1,0 +1,505 @@
+// kmeans and kmeans_assign on the device against the double-precision host reference: every dtype
+// and metric, centred or not, each initialisation and empty-cluster rule, strided batches and
+// problems of different lengths (offsets), odd sizes; then repeatability, a non-default stream,
+// graph capture and arguments the device must refuse.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cudaops/kmeans.h"
+#include "harness/cuda_util.h"
+#include "harness/device_buffer.h"
+#include "reference/host_array.h"
+#include "reference/kmeans.h"
+
+namespace cudaops {
+namespace {
+
+using harness::DeviceArray;
+using harness::DeviceBuffer;
+using ref::HostArray;
+
+constexpr DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+
+bool HasTensorCores() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major >= 8;
+}
+
+/// Points drawn around `centers` centres per problem (spread 0.15 about centres of norm ~1), so
+/// that most points have a clear nearest centroid; `ld` >= d, the padding filled too.
+HostArray MixturePoints(DType dtype, const ref::KmeansLayout& layout, int64_t rows, int centers,
+                        uint64_t seed) {
+  HostArray x(dtype, rows * layout.ld);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int64_t b = 0; b < layout.batch; ++b) {
+    std::vector<double> c(static_cast<size_t>(centers * layout.d));
+    for (double& v : c)
+      v = normal(rng) / std::sqrt(static_cast<double>(layout.d)) + 0.3;
+    for (int64_t i = 0; i < layout.length(b); ++i) {
+      const int which = static_cast<int>(rng() % static_cast<uint64_t>(centers));
+      for (int64_t e = 0; e < layout.ld; ++e) {
+        const double v = e < layout.d ? c[which * layout.d + e] + 0.15 * normal(rng) /
+                                                                       std::sqrt(static_cast<double>(layout.d))
+                                      : 1e6;  // padding past d: must never be read
+        x.set(layout.at(b, i) + e, v);
+      }
+    }
+  }
+  return x;
+}
+
+struct Case {
+  DType dtype = DType::kFloat16;
+  KmeansMetric metric = KmeansMetric::kL2;
+  bool center = false;
+  KmeansInit init = KmeansInit::kStrided;
+  KmeansEmpty empty = KmeansEmpty::kKeep;
+  int64_t batch = 1, n = 0, d = 0, k = 0;
+  int iters = 3;
+  int64_t ld_pad = 0;                  // ld = d rounded to 16 bytes + ld_pad elements
+  std::vector<int64_t> lengths;        // with offsets: each problem's rows (n is their bound)
+  DType centroid_dtype = DType::kFloat32;
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) {
+  os << dtype_name(c.dtype) << (c.metric == KmeansMetric::kCosine ? " cosine" : " l2")
+     << (c.center ? " center" : "") << " init=" << static_cast<int>(c.init)
+     << " empty=" << static_cast<int>(c.empty) << " batch=" << c.batch << " n=" << c.n
+     << " d=" << c.d << " k=" << c.k << " iters=" << c.iters << " ld_pad=" << c.ld_pad
+     << " centroids=" << dtype_name(c.centroid_dtype);
+  if (!c.lengths.empty()) {
+    os << " lengths=";
+    for (int64_t l : c.lengths)
+      os << l << ",";
+  }
+  return os;
+}
+
+ref::KmeansLayout LayoutOf(const Case& c) {
+  ref::KmeansLayout l;
+  l.batch = c.batch;
+  l.n = c.n;
+  l.d = c.d;
+  const int64_t per16 = 16 / dtype_size(c.dtype);
+  l.ld = (c.d + per16 - 1) / per16 * per16 + c.ld_pad * per16;
+  l.batch_stride = c.n * l.ld;
+  if (!c.lengths.empty()) {
+    l.offsets.push_back(0);
+    for (int64_t len : c.lengths)
+      l.offsets.push_back(l.offsets.back() + len);
+  }
+  return l;
+}
+
+int64_t RowsOf(const ref::KmeansLayout& l) {
+  return l.offsets.empty() ? l.batch * l.n : l.offsets.back();
+}
+
+struct Fit {
+  std::vector<double> centroids;
+  std::vector<int32_t> labels, sizes;
+  std::vector<float> objective, means;
+};
+
+template <typename T>
+std::vector<T> Download(const void* d_ptr, int64_t count, cudaStream_t stream) {
+  std::vector<T> host(static_cast<size_t>(count));
+  EXPECT_EQ(cudaMemcpyAsync(host.data(), d_ptr, host.size() * sizeof(T), cudaMemcpyDeviceToHost,
+                            stream),
+            cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  return host;
+}
+
+/// Runs kmeans on `x` laid out as `layout` (given: initial centroids, float64), on `stream`.
+::testing::AssertionResult RunFit(const Case& c, const ref::KmeansLayout& layout,
+                                  const HostArray& x, const std::vector<double>& given,
+                                  cudaStream_t stream, Fit* out, bool capture = false) {
+  DeviceArray points, centroids;
+  DeviceBuffer offsets, labels, sizes, objective, means, workspace;
+  const int64_t rows = RowsOf(layout);
+  if (!points.allocate(c.dtype, std::max<int64_t>(x.size(), 1)).ok() ||
+      !points.upload(x, stream).ok()) {
+    return ::testing::AssertionFailure() << "upload";
+  }
+  KmeansPoints p;
+  p.data = points.data();
+  p.dtype = c.dtype;
+  p.batch = c.batch;
+  p.n = c.n;
+  p.d = c.d;
+  p.ld = layout.ld;
+  if (!layout.offsets.empty()) {
+    if (!offsets.allocate(static_cast<int64_t>(layout.offsets.size() * 8)).ok()) {
+      return ::testing::AssertionFailure() << "offsets";
+    }
+    cudaMemcpy(offsets.get(), layout.offsets.data(), layout.offsets.size() * 8,
+               cudaMemcpyHostToDevice);
+    p.offsets = offsets.as<int64_t>();
+  }
+  KmeansParams params;
+  params.n_clusters = c.k;
+  params.n_iters = c.iters;
+  params.metric = c.metric;
+  params.center = c.center;
+  params.init = c.init;
+  params.seed = 1234;
+  params.empty = c.empty;
+  const int64_t kd = c.batch * c.k * c.d;
+  if (!centroids.allocate(c.centroid_dtype, kd).ok()) return ::testing::AssertionFailure();
+  if (c.init == KmeansInit::kGiven) {
+    HostArray g(c.centroid_dtype, kd);
+    for (int64_t i = 0; i < kd; ++i)
+      g.set(i, given[i]);
+    if (!centroids.upload(g, stream).ok()) return ::testing::AssertionFailure();
+  } else if (!centroids.poison(stream).ok()) {
+    return ::testing::AssertionFailure();
+  }
+  if (!labels.allocate(std::max<int64_t>(rows, 1) * 4).ok() ||
+      !sizes.allocate(c.batch * c.k * 4).ok() || !objective.allocate(c.batch * 4).ok() ||
+      !means.allocate(c.batch * c.d * 4).ok()) {
+    return ::testing::AssertionFailure() << "allocation";
+  }
+  cudaMemsetAsync(labels.get(), 0xff, labels.size_bytes(), stream);
+  cudaMemsetAsync(sizes.get(), 0xff, sizes.size_bytes(), stream);
+  cudaMemsetAsync(objective.get(), 0xff, objective.size_bytes(), stream);
+  KmeansResult result;
+  result.centroids = centroids.data();
+  result.centroid_dtype = c.centroid_dtype;
+  result.labels = labels.as<int32_t>();
+  result.sizes = sizes.as<int32_t>();
+  result.objective = objective.as<float>();
+  result.means = means.as<float>();
+  size_t bytes = 0;
+  if (Status s = kmeans_workspace_size(p, params, &bytes); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (bytes > 0 && !workspace.allocate(static_cast<int64_t>(bytes)).ok()) {
+    return ::testing::AssertionFailure() << "workspace";
+  }
+  if (capture) {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+      return ::testing::AssertionFailure() << "begin capture";
+    }
+    const Status s = kmeans(p, params, result, workspace.get(), bytes, stream);
+    if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || !s.ok()) {
+      return ::testing::AssertionFailure() << "capture: " << s.to_string();
+    }
+    if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess ||
+        cudaGraphLaunch(exec, stream) != cudaSuccess) {
+      return ::testing::AssertionFailure() << "graph launch";
+    }
+    cudaStreamSynchronize(stream);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  } else if (Status s = kmeans(p, params, result, workspace.get(), bytes, stream); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (cudaStreamSynchronize(stream) != cudaSuccess) {
+    return ::testing::AssertionFailure() << cudaGetErrorString(cudaGetLastError());
+  }
+  HostArray cent;
+  if (!centroids.download(&cent, stream).ok()) return ::testing::AssertionFailure();
+  out->centroids = cent.to_double();
+  out->labels = Download<int32_t>(labels.get(), rows, stream);
+  out->sizes = Download<int32_t>(sizes.get(), c.batch * c.k, stream);
+  out->objective = Download<float>(objective.get(), c.batch, stream);
+  out->means = Download<float>(means.get(), c.batch * c.d, stream);
+  return ::testing::AssertionSuccess();
+}
+
+/// Tolerance of the points' products on the tensor cores, relative to the distances' scale.
+double ProductTolerance(DType dtype) {
+  return dtype == DType::kBFloat16 ? 2e-2 : 4e-3;
+}
+
+::testing::AssertionResult CheckFit(const Case& c) {
+  const ref::KmeansLayout layout = LayoutOf(c);
+  const HostArray x = MixturePoints(c.dtype, layout, std::max<int64_t>(RowsOf(layout), 1),
+                                    std::max<int>(1, static_cast<int>(c.k / 2)),
+                                    static_cast<uint64_t>(c.n * 7 + c.d * 3 + c.k));
+  std::vector<double> given;
+  if (c.init == KmeansInit::kGiven) {
+    std::mt19937_64 rng(99);
+    std::normal_distribution<double> normal(0.3, 0.5);
+    given.resize(static_cast<size_t>(c.batch * c.k * c.d));
+    HostArray rounded(c.centroid_dtype, static_cast<int64_t>(given.size()));
+    for (size_t i = 0; i < given.size(); ++i) {
+      rounded.set(static_cast<int64_t>(i), normal(rng) / std::sqrt(static_cast<double>(c.d)));
+      given[i] = rounded.get(static_cast<int64_t>(i));
+    }
+  }
+  KmeansParams params;
+  params.n_clusters = c.k;
+  params.n_iters = c.iters;
+  params.metric = c.metric;
+  params.center = c.center;
+  params.init = c.init;
+  params.seed = 1234;
+  params.empty = c.empty;
+  const ref::KmeansReference want = ref::kmeans(x, layout, params, given);
+  Fit got;
+  if (auto r = RunFit(c, layout, x, given, nullptr, &got); !r) return r;
+
+  const double tol = ProductTolerance(c.dtype);
+  const double scale = c.metric == KmeansMetric::kCosine ? 1.0 : 0.15 * 0.15 * 4;
+  int64_t compared = 0, differ = 0, clear_differ = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    const int64_t len = layout.length(b);
+    const int64_t base = layout.offsets.empty() ? b * c.n : layout.offsets[b];
+    int64_t size_sum = 0;
+    for (int64_t j = 0; j < c.k; ++j)
+      size_sum += got.sizes[b * c.k + j];
+    if (size_sum != len) {
+      return ::testing::AssertionFailure()
+             << "problem " << b << ": sizes add up to " << size_sum << ", not " << len;
+    }
+    for (int64_t i = 0; i < len; ++i) {
+      const int32_t g = got.labels[base + i], w = want.labels[b * c.n + i];
+      if (g < 0 || g >= c.k) {
+        return ::testing::AssertionFailure() << "problem " << b << " row " << i << ": label " << g;
+      }
+      ++compared;
+      if (g != w) {
+        ++differ;
+        if (want.margins[b * c.n + i] > 50 * tol * scale) ++clear_differ;
+      }
+    }
+    if (c.center) {
+      for (int64_t e = 0; e < c.d; ++e) {
+        const double m = want.means[b * c.d + e];
+        if (std::abs(got.means[b * c.d + e] - m) > 1e-5 * (1 + std::abs(m))) {
+          return ::testing::AssertionFailure()
+                 << "problem " << b << " mean " << e << ": " << got.means[b * c.d + e]
+                 << " != " << m;
+        }
+      }
+    }
+    // The objective of the returned labels against the returned centroids is what kmeans says
+    // (checked against the reference's own objective where the labels agree).
+    const double wo = want.objective[b];
+    const double go = got.objective[b];
+    if (!(std::abs(go - wo) <= 2e-2 * std::abs(wo) + 1e-3 * static_cast<double>(len) * scale)) {
+      return ::testing::AssertionFailure()
+             << "problem " << b << ": objective " << go << ", reference " << wo;
+    }
+  }
+  // Labels: the same except where the reference's two nearest centroids are within the
+  // products' precision (and what such a point changed in the later iterations).
+  if (clear_differ > std::max<int64_t>(2, compared / 200)) {
+    return ::testing::AssertionFailure() << clear_differ << " of " << compared
+                                         << " labels differ with a clear margin (" << differ
+                                         << " in all)";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class KmeansCases : public ::testing::TestWithParam<Case> {};
+
+TEST_P(KmeansCases, MatchesReference) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
+  EXPECT_TRUE(CheckFit(GetParam()));
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  struct Shape {
+    int64_t batch, n, d, k;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1},     {3, 7, 3, 2},    {2, 199, 64, 5},
+                          {5, 257, 96, 65}, {1, 1000, 128, 130}, {4, 300, 200, 17},
+                          {2, 513, 256, 64}};
+  for (DType dtype : kDtypes) {
+    for (const Shape& s : shapes) {
+      for (KmeansMetric metric : {KmeansMetric::kL2, KmeansMetric::kCosine}) {
+        Case c;
+        c.dtype = dtype;
+        c.metric = metric;
+        c.batch = s.batch;
+        c.n = s.n;
+        c.d = s.d;
+        c.k = s.k;
+        cases.push_back(c);
+        c.center = true;
+        c.iters = 5;
+        cases.push_back(c);
+      }
+    }
+    // d at the largest supported, and 16-bit rows of 512.
+    Case wide;
+    wide.dtype = dtype;
+    wide.batch = 2;
+    wide.n = 150;
+    wide.d = dtype == DType::kFloat32 ? 256 : 512;
+    wide.k = 9;
+    cases.push_back(wide);
+    // Initialisations, empty-cluster rules, centroid dtype, row strides, offsets.
+    Case c;
+    c.dtype = dtype;
+    c.batch = 3;
+    c.n = 333;
+    c.d = 64;
+    c.k = 12;
+    c.init = KmeansInit::kRandom;
+    cases.push_back(c);
+    c.init = KmeansInit::kGiven;
+    cases.push_back(c);
+    c.centroid_dtype = dtype;
+    cases.push_back(c);
+    c.centroid_dtype = DType::kFloat32;
+    c.init = KmeansInit::kStrided;
+    c.ld_pad = 3;
+    cases.push_back(c);
+    c.ld_pad = 0;
+    c.empty = KmeansEmpty::kFarthest;
+    c.init = KmeansInit::kGiven;  // random centroids far from the data leave clusters empty
+    cases.push_back(c);
+    c.metric = KmeansMetric::kCosine;
+    cases.push_back(c);
+    Case var;
+    var.dtype = dtype;
+    var.batch = 5;
+    var.n = 400;
+    var.d = 32;
+    var.k = 7;
+    var.lengths = {400, 0, 3, 129, 250};
+    var.center = true;
+    cases.push_back(var);
+    var.metric = KmeansMetric::kCosine;
+    var.init = KmeansInit::kRandom;
+    cases.push_back(var);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, KmeansCases, ::testing::ValuesIn(Cases()));
+
+// The same call twice, on a non-default stream and under graph capture: the same bits.
+TEST(Kmeans, RepeatableOnAnyStreamAndInAGraph) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
+  for (DType dtype : kDtypes) {
+    Case c;
+    c.dtype = dtype;
+    c.metric = KmeansMetric::kCosine;
+    c.center = true;
+    c.batch = 6;
+    c.n = 2000;
+    c.d = 128;
+    c.k = 100;
+    c.iters = 4;
+    const ref::KmeansLayout layout = LayoutOf(c);
+    const HostArray x = MixturePoints(dtype, layout, RowsOf(layout), 40, 5);
+    harness::Stream stream;
+    ASSERT_TRUE(stream.create().ok());
+    Fit a, b, g;
+    ASSERT_TRUE(RunFit(c, layout, x, {}, nullptr, &a));
+    ASSERT_TRUE(RunFit(c, layout, x, {}, stream.get(), &b));
+    ASSERT_TRUE(RunFit(c, layout, x, {}, stream.get(), &g, /*capture=*/true));
+    for (const Fit* other : {&b, &g}) {
+      EXPECT_EQ(a.labels, other->labels) << dtype_name(dtype);
+      EXPECT_EQ(a.sizes, other->sizes);
+      EXPECT_EQ(std::memcmp(a.centroids.data(), other->centroids.data(),
+                            a.centroids.size() * sizeof(double)),
+                0);
+      EXPECT_EQ(std::memcmp(a.objective.data(), other->objective.data(),
+                            a.objective.size() * sizeof(float)),
+                0);
+    }
+  }
+}
+
+// kmeans_assign against the reference, with and without means, centroids in either dtype.
+TEST(KmeansAssign, MatchesReference) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
+  for (DType dtype : kDtypes) {
+    for (KmeansMetric metric : {KmeansMetric::kL2, KmeansMetric::kCosine}) {
+      for (bool with_means : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + (metric == KmeansMetric::kCosine ? " cosine" : " l2") +
+                     (with_means ? " means" : ""));
+        Case c;
+        c.dtype = dtype;
+        c.batch = 3;
+        c.n = 777;
+        c.d = 80;
+        c.k = 70;
+        const ref::KmeansLayout layout = LayoutOf(c);
+        const HostArray x = MixturePoints(dtype, layout, RowsOf(layout), 30, 11);
+        std::mt19937_64 rng(3);
+        std::normal_distribution<double> normal(0.3, 0.4);
+        HostArray cent(DType::kFloat32, c.batch * c.k * c.d);
+        HostArray means(DType::kFloat32, c.batch * c.d);
+        for (int64_t i = 0; i < cent.size(); ++i)
+          cent.set(i, normal(rng) / std::sqrt(static_cast<double>(c.d)));
+        for (int64_t i = 0; i < means.size(); ++i)
+          means.set(i, with_means ? 0.1 * normal(rng) : 0.0);
+        if (metric == KmeansMetric::kCosine) {
+          for (int64_t j = 0; j < c.batch * c.k; ++j) {
+            double s = 0;
+            for (int64_t e = 0; e < c.d; ++e)
+              s += cent.get(j * c.d + e) * cent.get(j * c.d + e);
+            for (int64_t e = 0; e < c.d; ++e)
+              cent.set(j * c.d + e, cent.get(j * c.d + e) / std::sqrt(s));
+          }
+        }
+        const ref::KmeansReference want = ref::kmeans_assign(
+            x, layout, cent.to_double(), c.k, with_means ? means.to_double() : std::vector<double>{},
+            metric);
+        DeviceArray dx, dc, dm;
+        DeviceBuffer labels, dist, workspace;
+        ASSERT_TRUE(dx.allocate(dtype, x.size()).ok());
+        ASSERT_TRUE(dx.upload(x, nullptr).ok());
+        ASSERT_TRUE(dc.allocate(DType::kFloat32, cent.size()).ok());
+        ASSERT_TRUE(dc.upload(cent, nullptr).ok());
+        ASSERT_TRUE(dm.allocate(DType::kFloat32, means.size()).ok());
+        ASSERT_TRUE(dm.upload(means, nullptr).ok());
+        ASSERT_TRUE(labels.allocate(c.batch * c.n * 4).ok());
+        ASSERT_TRUE(dist.allocate(c.batch * c.n * 4).ok());
+        KmeansPoints p;
+        p.data = dx.data();
+        p.dtype = dtype;
+        p.batch = c.batch;
+        p.n = c.n;
+        p.d = c.d;
+        p.ld = layout.ld;
+        KmeansCentroids kc;
+        kc.data = dc.data();
+        kc.dtype = DType::kFloat32;
+        kc.n_clusters = c.k;
+        kc.means = with_means ? static_cast<const float*>(dm.data()) : nullptr;
+        size_t bytes = 0;
+        ASSERT_TRUE(kmeans_assign_workspace_size(p, kc, metric, &bytes).ok());
+        ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
+        ASSERT_TRUE(kmeans_assign(p, kc, metric, labels.as<int32_t>(), dist.as<float>(),
+                                  workspace.get(), bytes, nullptr)
+                        .ok());
+        const auto got_labels = Download<int32_t>(labels.get(), c.batch * c.n, nullptr);
+        const auto got_dist = Download<float>(dist.get(), c.batch * c.n, nullptr);
+        const double tol = ProductTolerance(dtype);
+        int64_t clear_differ = 0;
+        for (int64_t i = 0; i < c.batch * c.n; ++i) {
+          if (got_labels[i] != want.labels[i] && want.margins[i] > 4 * tol) ++clear_differ;
+          EXPECT_NEAR(got_dist[i], want.distances[i], 4 * tol * (1 + std::abs(want.distances[i])))
+              << "point " << i;
+        }
+        EXPECT_EQ(clear_differ, 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cudaops
