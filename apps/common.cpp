@@ -1,5 +1,7 @@
 #include "common.h"
 
+#include "harness/gemm_yardstick.h"
+
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -149,6 +151,14 @@ Status measure_case(const harness::OpDescriptor& op, const harness::CaseConfig& 
   if (!status.ok()) return status;
   report->gbps = harness::gb_per_s(report->bytes, report->timing.median_ms);
   report->pct_of_copy = copy_gbps > 0 ? 100.0 * report->gbps / copy_gbps : 0.0;
+  report->flops = c->flops();
+  if (report->flops > 0) {
+    report->tflops = report->flops / (report->timing.median_ms * 1e-3) / 1e12;
+    status = harness::gemm_yardstick(config.dtype, report->flops, &report->gemm_tflops);
+    if (!status.ok()) return status;
+    report->pct_of_gemm =
+        report->gemm_tflops > 0 ? 100.0 * report->tflops / report->gemm_tflops : 0.0;
+  }
   return Status();
 }
 
@@ -167,6 +177,10 @@ void write_report_json(harness::JsonWriter& w, const CaseReport& report) {
   w.end_object();
   w.key("gbps").value(report.gbps).key("copy_gbps").value(report.copy_gbps);
   w.key("pct_of_copy").value(report.pct_of_copy);
+  if (report.flops > 0) {
+    w.key("flops").value(report.flops).key("tflops").value(report.tflops);
+    w.key("gemm_tflops").value(report.gemm_tflops).key("pct_of_gemm").value(report.pct_of_gemm);
+  }
   if (report.matched_copy_gbps > 0) {
     w.key("matched_copy_gbps").value(report.matched_copy_gbps);
     w.key("pct_of_matched_copy").value(report.pct_of_matched_copy);

@@ -75,6 +75,10 @@ struct CaseReport {
   bool checked = false;
   ref::CompareResult check;
   std::string launch;  ///< the kernel the op takes (OpCase::launch); may be empty
+  double flops = 0.0;         ///< of the matrix products (OpCase::flops); 0 for other ops
+  double tflops = 0.0;        ///< flops / median time
+  double gemm_tflops = 0.0;   ///< a cuBLAS GEMM of the same operations (gemm_yardstick)
+  double pct_of_gemm = 0.0;
 };
 
 /// Makes the case, checks it against the reference when `check` is set, then times it.

@@ -43,6 +43,9 @@ class OpCase {
   virtual ~OpCase() = default;
   /// Bytes that must cross device memory: every input read once, every output written once.
   virtual int64_t bytes_moved() const = 0;
+  /// Floating-point operations of the matrix products, for ops bound by them (0 otherwise): the
+  /// rate they are judged by is TFLOP/s against a cuBLAS GEMM of the same operations.
+  virtual double flops() const { return 0.0; }
   /// Launches the op once on stream, asynchronously.
   virtual Status run(cudaStream_t stream) = 0;
   /// Poisons the outputs, runs the op, copies the results back and compares them with the

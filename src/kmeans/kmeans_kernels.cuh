@@ -14,8 +14,9 @@
 // The assignment: a block takes 32 points per warp and walks the centroids 64 at a time,
 // double-buffered in shared memory (cp.async); each warp multiplies its 32 x 64 tile with
 // mma.sync (16-bit: m16n8k16; float32: m16n8k8 in TF32), fragments read with ldmatrix, and keeps
-// each row's running minimum of bias_j - alpha * x . c_j (L2: bias = |c|^2 + 2 mean . c, alpha 2;
-// cosine: bias = mean . c, alpha 1), which orders the centroids as the distance does.
+// each row's running minimum of bias_j - alpha * y . c_j (y = x - mean, centred in shared memory;
+// L2: bias |c|^2, alpha 2; cosine: bias 0, alpha 1), which orders the centroids as the distance
+// does.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -240,26 +241,24 @@ __global__ void __launch_bounds__(256)
 // ---- the operand of the products ---------------------------------------------------------------
 
 /// Each centroid rounded to the operand type (zero-padded to d_pad) and its bias, from the
-/// rounded values: L2 |c|^2 + 2 mean . c, cosine mean . c. A warp per centroid.
+/// rounded values: L2 |c|^2, cosine 0 (the points are centred before the products). A warp per
+/// centroid.
 template <typename T, typename C>
 __global__ void __launch_bounds__(256)
-    operand_kernel(const C* centroids, int64_t batch, int64_t k, int d, int d_pad,
-                   const float* means, bool cosine, T* operand, float* bias) {
+    operand_kernel(const C* centroids, int64_t batch, int64_t k, int d, int d_pad, bool cosine,
+                   T* operand, float* bias) {
   const int lane = threadIdx.x % kWarp;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (item >= batch * k) return;
-  const int64_t b = item / k;
-  float norm = 0.0f, dot = 0.0f;
+  float norm = 0.0f;
   for (int e = lane; e < d_pad; e += kWarp) {
     const T v = operand_value<T>(e < d ? to_float(centroids[item * d + e]) : 0.0f);
     operand[item * d_pad + e] = v;
     const float f = to_float(v);
     norm = fmaf(f, f, norm);
-    if (means != nullptr && e < d) dot = fmaf(means[b * d + e], f, dot);
   }
   norm = warp_sum(norm);
-  dot = warp_sum(dot);
-  if (lane == 0) bias[item] = cosine ? dot : norm + 2.0f * dot;
+  if (lane == 0) bias[item] = cosine ? 0.0f : norm;
 }
 
 // ---- the assignment ------------------------------------------------------------------------------
@@ -322,6 +321,7 @@ struct AssignArgs {
   int d_pad;
   float alpha;
   int64_t tiles;     // blocks per problem
+  const float* means;  // [batch, d] subtracted from the points before the products, or null
   int32_t* labels;   // [batch, n]
   float* scores;     // [batch, n]
 };
@@ -382,6 +382,21 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
   };
   load_chunk(0);
   copy_commit();
+  if (args.means != nullptr) {
+    // Centred in place, before rounding: the products then carry the precision of x - mean,
+    // which a large mean (as attention keys have) would otherwise take.
+    copy_wait<0>();
+    __syncthreads();
+    const float* mu = args.means + b * args.d;
+    const int values = kM * args.d;
+    for (int idx = threadIdx.x; idx < values; idx += kThreads) {
+      const int r = idx / args.d, e = idx % args.d;
+      if (row0 + r >= len) continue;
+      T* v = reinterpret_cast<T*>(a_tile + r * row_bytes) + e;
+      *v = from_float<T>(to_float(*v) - __ldg(mu + e));
+    }
+    __syncthreads();
+  }
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int g = lane / 4, t = lane % 4;
@@ -815,6 +830,7 @@ Status launch_assign(const Call& call, cudaStream_t stream) {
                      static_cast<int>(call.d_pad),
                      call.metric == KmeansMetric::kCosine ? 1.0f : 2.0f,
                      (call.points.n + warps * 32 - 1) / (warps * 32),
+                     call.center ? call.means : nullptr,
                      call.labels,
                      call.scores};
   switch (warps) {
@@ -832,8 +848,8 @@ Status launch_operand(const Call& call, const C* centroids, cudaStream_t stream)
   const int64_t items = call.points.batch * call.k;
   operand_kernel<T, C><<<blocks_for(items, 8), 256, 0, stream>>>(
       centroids, call.points.batch, call.k, static_cast<int>(call.points.d),
-      static_cast<int>(call.d_pad), call.center ? call.means : nullptr,
-      call.metric == KmeansMetric::kCosine, static_cast<T*>(call.operand), call.bias);
+      static_cast<int>(call.d_pad), call.metric == KmeansMetric::kCosine,
+      static_cast<T*>(call.operand), call.bias);
   return check_launch(kOp, stream);
 }
 

@@ -95,24 +95,27 @@ double distance(const double* z, const double* c, int64_t d, KmeansMetric metric
 
 // Labels, distances and margins of problem p against k centroids.
 void assign(const Problem& p, const double* centroids, int64_t k, int64_t d, KmeansMetric metric,
-            int32_t* labels, double* distances, double* margins) {
+            int32_t* labels, double* distances, double* margins, int32_t* seconds = nullptr) {
   for (int64_t i = 0; i < p.len; ++i) {
     double best = std::numeric_limits<double>::infinity();
     double second = best;
-    int32_t label = 0;
+    int32_t label = 0, second_label = 0;
     for (int64_t j = 0; j < k; ++j) {
       const double dist = distance(&p.z[i * d], centroids + j * d, d, metric);
       if (dist < best) {
         second = best;
+        second_label = label;
         best = dist;
         label = static_cast<int32_t>(j);
       } else if (dist < second) {
         second = dist;
+        second_label = static_cast<int32_t>(j);
       }
     }
     labels[i] = label;
     distances[i] = best;
     if (margins != nullptr) margins[i] = second - best;
+    if (seconds != nullptr) seconds[i] = second_label;
   }
 }
 
@@ -129,6 +132,7 @@ KmeansReference kmeans(const HostArray& points, const KmeansLayout& layout,
   r.means.assign(static_cast<size_t>(batch * d), 0.0);
   r.margins.assign(static_cast<size_t>(batch * n), 0.0);
   r.distances.assign(static_cast<size_t>(batch * n), 0.0);
+  r.second.assign(static_cast<size_t>(batch * n), 0);
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = layout.length(b);
     std::vector<double> mean;
@@ -202,11 +206,14 @@ KmeansReference kmeans(const HostArray& points, const KmeansLayout& layout,
       }
     }
     std::vector<double> margins(static_cast<size_t>(len));
-    assign(p, cent, k, d, params.metric, labels.data(), dist.data(), margins.data());
+    std::vector<int32_t> seconds(static_cast<size_t>(len));
+    assign(p, cent, k, d, params.metric, labels.data(), dist.data(), margins.data(),
+           seconds.data());
     for (int64_t i = 0; i < len; ++i) {
       r.labels[b * n + i] = labels[i];
       r.distances[b * n + i] = dist[i];
       r.margins[b * n + i] = margins[i];
+      r.second[b * n + i] = seconds[i];
       ++r.sizes[b * k + labels[i]];
       r.objective[b] += dist[i];
     }
@@ -222,12 +229,13 @@ KmeansReference kmeans_assign(const HostArray& points, const KmeansLayout& layou
   r.labels.assign(static_cast<size_t>(batch * n), -1);
   r.margins.assign(static_cast<size_t>(batch * n), 0.0);
   r.distances.assign(static_cast<size_t>(batch * n), 0.0);
+  r.second.assign(static_cast<size_t>(batch * n), 0);
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<double> mean;
     if (!means.empty()) mean.assign(means.begin() + b * d, means.begin() + (b + 1) * d);
     const Problem p = working_points(points, layout, b, mean, metric);
     assign(p, &centroids[b * k * d], k, d, metric, &r.labels[b * n], &r.distances[b * n],
-           &r.margins[b * n]);
+           &r.margins[b * n], &r.second[b * n]);
   }
   return r;
 }

@@ -21,6 +21,7 @@ struct KmeansReference {
   /// computed in lower precision may differ where this is small.
   std::vector<double> margins;
   std::vector<double> distances;  ///< [batch, n] the final distances
+  std::vector<int32_t> second;    ///< [batch, n] the final assignment's second nearest centroid
 };
 
 /// The row of problem b's point i in a strided batch, or with offsets (offsets.size() == batch+1).
