@@ -68,7 +68,11 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
   l.bias = b.add(bk, 4);
   l.labels = b.add(bn, 4);
   l.scores = b.add(bn, 4);
-  if (fit) l.counts = b.add(bk, 4);
+  if (fit) {
+    l.counts = b.add(bk, 4);
+    l.starts = b.add(bk, 4);
+    l.perm = b.add(bn, 4);
+  }
   if (fit && random_init) {
     l.rows = b.add(bk, 4);
     int64_t words = 0;
@@ -87,7 +91,7 @@ Status invalid(const char* op, const std::string& text) {
 
 /// The points' checks, shared by kmeans and kmeans_assign; fills in the defaults of ld and
 /// batch_stride.
-Status check_points(const char* op, KmeansPoints* p) {
+Status check_points(const char* op, KmeansPoints* p, bool query = false) {
   const int64_t element = element_size(p->dtype);
   if (element == 0) {
     std::ostringstream text;
@@ -143,6 +147,7 @@ Status check_points(const char* op, KmeansPoints* p) {
   (void)span;
   int64_t work = 0;
   if (!mul(p->batch, p->n, &work)) return invalid(op, "points.batch * points.n overflows int64");
+  if (query) return Status();  // a size query needs no memory
   if (work > 0 && p->data == nullptr) {
     return invalid(op, "points.data must not be null when there are points");
   }
@@ -173,6 +178,11 @@ Status check_params(const char* op, const KmeansPoints& p, const KmeansParams& p
   if (params.n_clusters > p.n) {
     return invalid(op, "n_clusters (" + std::to_string(params.n_clusters) +
                            ") must be <= points.n (" + std::to_string(p.n) + ")");
+  }
+  if (params.n_clusters > kMaxFitClusters) {
+    return Status(StatusCode::kNotSupported,
+                  std::string(op) + ": n_clusters " + std::to_string(params.n_clusters) +
+                      " is above the largest supported, " + std::to_string(kMaxFitClusters));
   }
   if (params.n_iters < 0) {
     return invalid(op, "n_iters must be >= 0, got " + std::to_string(params.n_iters));
@@ -252,6 +262,8 @@ Call make_call(const KmeansPoints& points, const Layout& layout, void* workspace
   call.labels = piece<int32_t>(workspace, layout.labels);
   call.scores = piece<float>(workspace, layout.scores);
   call.counts = piece<int32_t>(workspace, layout.counts);
+  call.starts = piece<int32_t>(workspace, layout.starts);
+  call.perm = piece<int32_t>(workspace, layout.perm);
   call.rows = piece<int32_t>(workspace, layout.rows);
   call.bitmap = piece<uint32_t>(workspace, layout.bitmap);
   return call;
@@ -275,7 +287,7 @@ Status kmeans_workspace_size(const KmeansPoints& points, const KmeansParams& par
                              size_t* bytes) {
   if (bytes == nullptr) return detail::kmeans::invalid("kmeans_workspace_size", "bytes must not be null");
   KmeansPoints p = points;
-  if (Status s = check_points("kmeans_workspace_size", &p); !s.ok()) return s;
+  if (Status s = check_points("kmeans_workspace_size", &p, true); !s.ok()) return s;
   if (Status s = check_params("kmeans_workspace_size", p, params); !s.ok()) return s;
   // The larger of the two centroid dtypes' layouts: the query does not know which is asked.
   const Layout own = fit_layout(p, params, DType::kFloat32);
@@ -351,7 +363,7 @@ Status kmeans_assign_workspace_size(const KmeansPoints& points, const KmeansCent
   constexpr const char* kQuery = "kmeans_assign_workspace_size";
   if (bytes == nullptr) return detail::kmeans::invalid(kQuery, "bytes must not be null");
   KmeansPoints p = points;
-  if (Status s = check_points(kQuery, &p); !s.ok()) return s;
+  if (Status s = check_points(kQuery, &p, true); !s.ok()) return s;
   if (Status s = check_metric(kQuery, metric); !s.ok()) return s;
   if (centroids.n_clusters < 1) {
     return detail::kmeans::invalid(kQuery, "centroids.n_clusters must be >= 1");

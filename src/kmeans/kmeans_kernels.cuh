@@ -2,14 +2,16 @@
 // dtype (kmeans_<dtype>.cu).
 //
 // One call runs, on the caller's stream:
-//   prepare:    the problems' means (center) and each point's weight (cosine: 1 / |x - mean|;
-//               L2: |x - mean|^2, for the objective);
+//   prepare:    the problems' means (center);
 //   initialise: the float32 centroids (strided rows, Floyd's sample, or the ones given);
-//   n_iters x:  operand (each centroid rounded to the points' dtype, zero-padded, and its bias),
-//               assign (the tensor-core products fused with the arg-min: labels and scores, the
-//               scores never in memory as a matrix), update (each centroid's points summed in
-//               row order by one warp: no atomics, the same bits every run), re-seed (kFarthest);
-//   finish:     operand and assign once more, then labels, sizes and the objective.
+//   n_iters x:  operand (each centroid rounded to the points' dtype, zero-padded, and its bias);
+//               assign (the tensor-core products fused with the arg-min: labels, scores and each
+//               point's weight; the scores never in memory as a matrix); sort (each problem's
+//               points grouped by label, in row order within a cluster: a block per problem, a
+//               stable block radix sort per chunk); sum (a warp per cluster adds its points in
+//               row order: no atomics, the same bits every run); re-seed (kFarthest);
+//   finish:     operand and assign once more, each point's distance to its centroid in float32
+//               (a warp per point), then labels, sizes and the objective (summed in row order).
 //
 // The assignment: a block takes 32 points per warp and walks the centroids 64 at a time,
 // double-buffered in shared memory (cp.async); each warp multiplies its 32 x 64 tile with
@@ -23,6 +25,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cub/block/block_discontinuity.cuh>
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include "core/dispatch.cuh"
 #include "core/launch.h"
@@ -136,32 +141,6 @@ __global__ void __launch_bounds__(256) means_kernel(Rows<T> rows, int d, float* 
 /// Most values of a row each lane holds (d <= 32 * kPerLane).
 constexpr int kPerLane = 16;
 
-/// Each point's weight: cosine 1 / |x - mean| (0 for a zero vector), L2 |x - mean|^2. A warp per
-/// point.
-template <typename T>
-__global__ void __launch_bounds__(256) point_weight_kernel(Rows<T> rows, int d, int64_t batch,
-                                                           const float* means, bool cosine,
-                                                           float* point_w) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-       p < batch * rows.n; p += warps) {
-    const int64_t b = p / rows.n, i = p % rows.n;
-    const T* first;
-    int64_t len;
-    rows.problem(b, &first, &len);
-    if (i >= len) continue;
-    const T* row = first + i * rows.ld;
-    float s = 0.0f;
-    for (int e = lane; e < d; e += kWarp) {
-      const float y = to_float(row[e]) - (means != nullptr ? means[b * d + e] : 0.0f);
-      s = fmaf(y, y, s);
-    }
-    s = warp_sum(s);
-    if (lane == 0) point_w[p] = cosine ? (s > 0.0f ? 1.0f / sqrtf(s) : 0.0f) : s;
-  }
-}
-
 /// Floyd's sample of min(k, len) distinct rows per problem, in the order drawn (one thread per
 /// problem; bitmap zeroed).
 template <typename T>
@@ -188,53 +167,50 @@ __global__ void random_rows_kernel(Rows<T> rows, int64_t batch, int64_t k, uint6
 
 enum class Init { kStrided, kRandom, kGiven };
 
-/// The initial float32 centroids: a warp per centroid.
+/// The initial float32 centroids: a warp per centroid. Rows are centred, and for cosine scaled to
+/// unit length (a zero vector stays zero).
 template <typename T, typename G>
 __global__ void __launch_bounds__(256)
     init_kernel(Rows<T> rows, int d, int64_t batch, int64_t k, Init init, const int32_t* drawn,
-                const G* given, const float* means, const float* point_w, bool cosine,
-                float* centroids) {
+                const G* given, const float* means, bool cosine, float* centroids) {
   const int lane = threadIdx.x % kWarp;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (item >= batch * k) return;
   const int64_t b = item / k, j = item % k;
   float* out = centroids + item * d;
+  float v[kPerLane];
   if (init == Init::kGiven) {
-    float v[kPerLane];
-    float s = 0.0f;
 #pragma unroll
     for (int q = 0; q < kPerLane; ++q) {
       const int e = lane + q * kWarp;
       v[q] = e < d ? to_float(given[item * d + e]) : 0.0f;
-      s = fmaf(v[q], v[q], s);
     }
-    float scale = 1.0f;
-    if (cosine) {
-      s = warp_sum(s);
-      scale = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
-    }
+  } else {
+    const T* first;
+    int64_t len;
+    rows.problem(b, &first, &len);
+    const int64_t r = init == Init::kStrided ? (len > 0 ? j * len / k : -1) : drawn[item];
 #pragma unroll
     for (int q = 0; q < kPerLane; ++q) {
       const int e = lane + q * kWarp;
-      if (e < d) out[e] = v[q] * scale;
+      v[q] = r >= 0 && e < d ? to_float(first[r * rows.ld + e]) -
+                                   (means != nullptr ? means[b * d + e] : 0.0f)
+                             : 0.0f;
     }
-    return;
   }
-  const T* first;
-  int64_t len;
-  rows.problem(b, &first, &len);
-  int64_t r = -1;
-  if (init == Init::kStrided) {
-    r = len > 0 ? j * len / k : -1;
-  } else {
-    r = drawn[item];
+  float scale = 1.0f;
+  if (cosine) {
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kPerLane; ++q)
+      s = fmaf(v[q], v[q], s);
+    s = warp_sum(s);
+    scale = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
   }
-  const float w = r >= 0 && cosine ? point_w[b * rows.n + r] : 1.0f;
-  for (int e = lane; e < d; e += kWarp) {
-    out[e] = r < 0 ? 0.0f
-                   : (to_float(first[r * rows.ld + e]) -
-                      (means != nullptr ? means[b * d + e] : 0.0f)) *
-                         w;
+#pragma unroll
+  for (int q = 0; q < kPerLane; ++q) {
+    const int e = lane + q * kWarp;
+    if (e < d) out[e] = v[q] * scale;
   }
 }
 
@@ -322,8 +298,10 @@ struct AssignArgs {
   float alpha;
   int64_t tiles;     // blocks per problem
   const float* means;  // [batch, d] subtracted from the points before the products, or null
+  bool cosine;
   int32_t* labels;   // [batch, n]
   float* scores;     // [batch, n]
+  float* point_w;    // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of the rounded y)
 };
 
 /// Bytes of a row of A or B in shared memory: the padded row and 16 bytes more, so that the 8
@@ -382,11 +360,11 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
   };
   load_chunk(0);
   copy_commit();
+  copy_wait<0>();
+  __syncthreads();
   if (args.means != nullptr) {
     // Centred in place, before rounding: the products then carry the precision of x - mean,
     // which a large mean (as attention keys have) would otherwise take.
-    copy_wait<0>();
-    __syncthreads();
     const float* mu = args.means + b * args.d;
     const int values = kM * args.d;
     for (int idx = threadIdx.x; idx < values; idx += kThreads) {
@@ -397,8 +375,22 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
     }
     __syncthreads();
   }
-
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  {
+    // Each point's weight, from its row in shared memory (lane r of the warp: row 32 w + r).
+    const int64_t i = row0 + warp * 32 + lane;
+    if (i < len) {
+      const T* row = reinterpret_cast<const T*>(a_tile + (warp * 32 + lane) * row_bytes);
+      float s = 0.0f;
+      for (int e = 0; e < args.d; ++e) {
+        const float v = to_float(row[e]);
+        s = fmaf(v, v, s);
+      }
+      args.point_w[b * args.rows.n + i] =
+          args.cosine ? (s > 0.0f ? 1.0f / sqrtf(s) : 0.0f) : s;
+    }
+  }
+
   const int g = lane / 4, t = lane % 4;
   float best[2][2];
   int best_j[2][2];
@@ -516,130 +508,234 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
 
 // ---- the update --------------------------------------------------------------------------------
 
+struct NotEqual {
+  __device__ __forceinline__ bool operator()(uint32_t a, uint32_t b) const { return a != b; }
+};
+struct Larger {
+  __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+/// Threads and keys per thread of sort_kernel's chunks.
+constexpr int kSortThreads = 1024;
+constexpr int kSortItems = 4;
+
+inline int sort_bits(int64_t k) {  // bits of the keys 0..k (k marks rows past the end)
+  int bits = 1;
+  while ((int64_t{1} << bits) <= k)
+    ++bits;
+  return bits;
+}
+
+/// Each problem's points grouped by label, in row order within a label (a block per problem):
+/// counts and starts per cluster, and perm[start_c ...] the cluster's rows. A stable block radix
+/// sort orders each chunk of kSortThreads * kSortItems rows by label; a cursor per cluster places
+/// the chunk after the chunks before it.
 template <typename T>
-struct UpdateArgs {
+__global__ void __launch_bounds__(kSortThreads)
+    sort_kernel(Rows<T> rows, const int32_t* labels, int64_t k, int bits, int32_t* counts,
+                int32_t* starts, int32_t* perm) {
+  using Sort = cub::BlockRadixSort<uint32_t, kSortThreads, kSortItems, int32_t>;
+  using Scan = cub::BlockScan<int32_t, kSortThreads>;
+  using Heads = cub::BlockDiscontinuity<uint32_t, kSortThreads>;
+  __shared__ union {
+    typename Sort::TempStorage sort;
+    typename Scan::TempStorage scan;
+    typename Heads::TempStorage heads;
+  } storage;
+  extern __shared__ int32_t cursor[];  // k
+  const int64_t b = blockIdx.x;
+  const T* first;
+  int64_t len;
+  rows.problem(b, &first, &len);
+  const int32_t* lab = labels + b * rows.n;
+  for (int64_t c = threadIdx.x; c < k; c += kSortThreads)
+    cursor[c] = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < len; i += kSortThreads)
+    atomicAdd(cursor + lab[i], 1);
+  __syncthreads();
+  // Starts: an exclusive scan of the counts, kSortThreads clusters at a time.
+  int32_t carry = 0;
+  for (int64_t c0 = 0; c0 < k; c0 += kSortThreads) {
+    const int64_t c = c0 + threadIdx.x;
+    const int32_t count = c < k ? cursor[c] : 0;
+    int32_t start = 0, total = 0;
+    Scan(storage.scan).ExclusiveSum(count, start, total);
+    __syncthreads();
+    if (c < k) {
+      counts[b * k + c] = count;
+      starts[b * k + c] = carry + start;
+      cursor[c] = carry + start;
+    }
+    carry += total;
+  }
+  __syncthreads();
+  int32_t* out = perm + b * rows.n;
+  constexpr int kChunk = kSortThreads * kSortItems;
+  for (int64_t base = 0; base < len; base += kChunk) {
+    uint32_t key[kSortItems];
+    int32_t row[kSortItems];
+#pragma unroll
+    for (int u = 0; u < kSortItems; ++u) {
+      const int64_t i = base + threadIdx.x * kSortItems + u;
+      key[u] = i < len ? static_cast<uint32_t>(lab[i]) : static_cast<uint32_t>(k);
+      row[u] = static_cast<int32_t>(i);
+    }
+    Sort(storage.sort).Sort(key, row, 0, bits);
+    __syncthreads();
+    // Each key's rank in its run of equal keys: its position less the run's first.
+    int head[kSortItems], tail[kSortItems];
+    Heads(storage.heads).FlagHeadsAndTails(head, tail, key, NotEqual());
+    __syncthreads();
+    int first_of_run[kSortItems];
+#pragma unroll
+    for (int u = 0; u < kSortItems; ++u)
+      first_of_run[u] = head[u] ? static_cast<int>(threadIdx.x) * kSortItems + u : 0;
+    Scan(storage.scan).InclusiveScan(first_of_run, first_of_run, Larger());
+#pragma unroll
+    for (int u = 0; u < kSortItems; ++u) {
+      const int position = static_cast<int>(threadIdx.x) * kSortItems + u;
+      if (key[u] < k) out[cursor[key[u]] + (position - first_of_run[u])] = row[u];
+    }
+    __syncthreads();
+    // The last of each run moves its cluster's cursor past the run.
+#pragma unroll
+    for (int u = 0; u < kSortItems; ++u) {
+      const int position = static_cast<int>(threadIdx.x) * kSortItems + u;
+      if (tail[u] && key[u] < k) cursor[key[u]] += position - first_of_run[u] + 1;
+    }
+    __syncthreads();
+  }
+}
+
+/// Values of a row each lane holds: kQ groups of kV consecutive values (kV = 8 bytes' worth), the
+/// group q of lane l at values (l + 32 q) kV.
+template <typename T>
+struct RowSlice {
+  static constexpr int kV = 8 / static_cast<int>(sizeof(T));
+  static constexpr int kQ = kPerLane / kV;
+  float v[kQ][kV];
+
+  /// Row `row` less `mu` (null: none), values past d zero; 8-byte loads where d allows them.
+  __device__ __forceinline__ void load(const T* row, int d, bool vec, const float* mu, int lane) {
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+      const int e0 = (lane + q * kWarp) * kV;
+      if (vec && e0 < d) {
+        const uint2 w = *reinterpret_cast<const uint2*>(row + e0);
+        const T* t = reinterpret_cast<const T*>(&w);
+#pragma unroll
+        for (int u = 0; u < kV; ++u)
+          v[q][u] = to_float(t[u]);
+      } else {
+#pragma unroll
+        for (int u = 0; u < kV; ++u)
+          v[q][u] = e0 + u < d ? to_float(row[e0 + u]) : 0.0f;
+      }
+      if (mu != nullptr) {
+#pragma unroll
+        for (int u = 0; u < kV; ++u)
+          v[q][u] -= e0 + u < d ? __ldg(mu + e0 + u) : 0.0f;
+      }
+    }
+  }
+  __device__ __forceinline__ float dot(const RowSlice& o) const {
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+#pragma unroll
+      for (int u = 0; u < kV; ++u)
+        s = fmaf(v[q][u], o.v[q][u], s);
+    }
+    return s;
+  }
+};
+
+template <typename T>
+struct SumArgs {
   Rows<T> rows;
-  const int32_t* labels;
-  const float* point_w;
-  const float* means;
-  float* centroids;
-  int32_t* counts;
+  const int32_t* counts;  // [batch, k]
+  const int32_t* starts;  // [batch, k]
+  const int32_t* perm;    // [batch, n]
+  const float* means;     // or null
+  float* centroids;       // [batch, k, d]
   int64_t k;
+  int64_t items;  // batch * k
   int d;
-  int per_warp;       // clusters per warp
-  int64_t blocks;     // cluster blocks per problem
-  int64_t items;      // batch * blocks
+  bool vec;  // rows of d values may be read 8 bytes at a time
   bool cosine;
 };
 
-constexpr int kUpdateWarps = 4;
-constexpr int kUpdateBatch = 4;  // points whose rows are loaded before any is added
+constexpr int kSumWarps = 8;
+constexpr int kSumBatch = 4;  // rows loaded before any is added
 
-/// Clusters one warp of the update sums: per_warp x d float32 accumulators in shared memory.
-inline int update_clusters_per_warp(int64_t d) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(32, 2048 / d)));
-}
-
-/// New centroids: a warp per block of per_warp clusters walks its problem's labels in row order,
-/// summing the rows of its clusters (z = (x - mean) * w) into shared memory, then writes each
-/// non-empty cluster's mean (cosine: its sum at unit length) and every cluster's count.
+/// New centroids: a warp per cluster adds its points' working rows (y, or y / |y| for cosine) in
+/// row order, and writes their mean (cosine: their sum at unit length). Empty clusters, and
+/// cosine sums of zero, keep their centroid.
 template <typename T>
-__global__ void __launch_bounds__(kUpdateWarps * 32) update_kernel(UpdateArgs<T> args) {
-  extern __shared__ float update_smem[];
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * kUpdateWarps + warp;
+__global__ void __launch_bounds__(kSumWarps * 32) sum_kernel(SumArgs<T> args) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kSumWarps + threadIdx.x / kWarp;
   if (item >= args.items) return;
-  const int d = args.d;
-  float* acc = update_smem + warp * (args.per_warp * d + args.per_warp);
-  int* count = reinterpret_cast<int*>(acc + args.per_warp * d);
-  const int64_t b = item / args.blocks;
-  const int64_t c0 = (item % args.blocks) * args.per_warp;
-  const int nc = static_cast<int>(min(static_cast<int64_t>(args.per_warp), args.k - c0));
-  for (int e = lane; e < nc * d; e += kWarp)
-    acc[e] = 0.0f;
-  for (int c = lane; c < nc; c += kWarp)
-    count[c] = 0;
-  float mu[kPerLane];
-#pragma unroll
-  for (int q = 0; q < kPerLane; ++q) {
-    const int e = lane + q * kWarp;
-    mu[q] = args.means != nullptr && e < d ? args.means[b * d + e] : 0.0f;
-  }
-  __syncwarp();
+  const int64_t b = item / args.k;
+  const int count = args.counts[item];
+  if (count == 0) return;
+  const int start = args.starts[item];
   const T* first;
   int64_t len;
   args.rows.problem(b, &first, &len);
-  const int32_t* labels = args.labels + b * args.rows.n;
-  const float* point_w = args.point_w + b * args.rows.n;
-  for (int64_t i0 = 0; i0 < len; i0 += kWarp) {
-    const int64_t i = i0 + lane;
-    const int label = i < len ? labels[i] : -1;
-    const int local = label - static_cast<int>(c0);
-    unsigned mask = __ballot_sync(kFull, local >= 0 && local < nc);
-    while (mask != 0) {
-      // Up to kUpdateBatch of the matched rows, loaded together, then added in row order.
-      int src[kUpdateBatch];
-      int taken = 0;
+  const int32_t* perm = args.perm + b * args.rows.n + start;
+  const float* mu = args.means != nullptr ? args.means + b * args.d : nullptr;
+  RowSlice<T> acc;
 #pragma unroll
-      for (int u = 0; u < kUpdateBatch; ++u) {
-        src[u] = -1;
-        if (mask != 0) {
-          src[u] = __ffs(mask) - 1;
-          mask &= mask - 1;
-          ++taken;
-        }
-      }
-      float v[kUpdateBatch][kPerLane];
-      int cl[kUpdateBatch];
+  for (int q = 0; q < RowSlice<T>::kQ; ++q) {
 #pragma unroll
-      for (int u = 0; u < kUpdateBatch; ++u) {
-        const int p = src[u] < 0 ? 0 : src[u];
-        cl[u] = __shfl_sync(kFull, local, p);
-        if (src[u] < 0) continue;
-        const int64_t r = i0 + p;
-        const float w = args.cosine ? point_w[r] : 1.0f;
-        const T* row = first + r * args.rows.ld;
+    for (int u = 0; u < RowSlice<T>::kV; ++u)
+      acc.v[q][u] = 0.0f;
+  }
+  for (int p0 = 0; p0 < count; p0 += kWarp) {
+    const int mine = p0 + lane < count ? perm[p0 + lane] : 0;
+    const int m = min(kWarp, count - p0);
+    for (int j = 0; j < m; j += kSumBatch) {
+      RowSlice<T> rowv[kSumBatch];
 #pragma unroll
-        for (int q = 0; q < kPerLane; ++q) {
-          const int e = lane + q * kWarp;
-          v[u][q] = e < d ? (to_float(row[e]) - mu[q]) * w : 0.0f;
-        }
+      for (int u = 0; u < kSumBatch; ++u) {
+        const int r = __shfl_sync(kFull, mine, (j + u) % kWarp);
+        if (j + u < m) rowv[u].load(first + static_cast<int64_t>(r) * args.rows.ld, args.d, args.vec, mu, lane);
       }
 #pragma unroll
-      for (int u = 0; u < kUpdateBatch; ++u) {
-        if (src[u] < 0) continue;
-        float* a = acc + cl[u] * d;
-#pragma unroll
-        for (int q = 0; q < kPerLane; ++q) {
-          const int e = lane + q * kWarp;
-          if (e < d) a[e] += v[u][q];
+      for (int u = 0; u < kSumBatch; ++u) {
+        if (j + u >= m) continue;
+        float scale = 1.0f;
+        if (args.cosine) {
+          const float s = warp_sum(rowv[u].dot(rowv[u]));
+          scale = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
         }
-        if (lane == 0) ++count[cl[u]];
+#pragma unroll
+        for (int q = 0; q < RowSlice<T>::kQ; ++q) {
+#pragma unroll
+          for (int e = 0; e < RowSlice<T>::kV; ++e)
+            acc.v[q][e] = fmaf(rowv[u].v[q][e], scale, acc.v[q][e]);
+        }
       }
-      (void)taken;
-      __syncwarp();
     }
   }
-  __syncwarp();
-  for (int c = 0; c < nc; ++c) {
-    const int cnt = count[c];
-    if (lane == 0) args.counts[b * args.k + c0 + c] = cnt;
-    if (cnt == 0) continue;  // empty: kept (or re-seeded after)
-    const float* a = acc + c * d;
-    float scale;
-    if (args.cosine) {
-      float s = 0.0f;
-      for (int e = lane; e < d; e += kWarp)
-        s = fmaf(a[e], a[e], s);
-      s = warp_sum(s);
-      if (s <= 0.0f) continue;  // a zero sum keeps the centroid
-      scale = 1.0f / sqrtf(s);
-    } else {
-      scale = 1.0f / static_cast<float>(cnt);
+  float scale;
+  if (args.cosine) {
+    const float s = warp_sum(acc.dot(acc));
+    if (s <= 0.0f) return;  // a zero sum keeps the centroid
+    scale = 1.0f / sqrtf(s);
+  } else {
+    scale = 1.0f / static_cast<float>(count);
+  }
+  float* out = args.centroids + item * args.d;
+#pragma unroll
+  for (int q = 0; q < RowSlice<T>::kQ; ++q) {
+    const int e0 = (lane + q * kWarp) * RowSlice<T>::kV;
+#pragma unroll
+    for (int u = 0; u < RowSlice<T>::kV; ++u) {
+      if (e0 + u < args.d) out[e0 + u] = args.cosine ? acc.v[q][u] * scale : acc.v[q][u] / count;
     }
-    float* out = args.centroids + (b * args.k + c0 + c) * d;
-    for (int e = lane; e < d; e += kWarp)
-      out[e] = args.cosine ? a[e] * scale : a[e] / static_cast<float>(cnt);
   }
 }
 
@@ -728,22 +824,73 @@ __global__ void __launch_bounds__(256)
 
 // ---- finish --------------------------------------------------------------------------------------
 
+template <typename T, typename C>
+struct DistanceArgs {
+  Rows<T> rows;
+  const int32_t* labels;  // [batch, n]
+  const C* centroids;     // [batch, k, d]
+  const float* means;     // or null
+  int64_t k;
+  int d;
+  int64_t batch;
+  bool vec;
+  bool cosine;
+  float* distances;  // [batch, n]
+};
+
+/// Each point's distance to its centroid in float32 (a warp per point): L2 |y - c|^2, cosine
+/// 1 - y . c / |y| (1 for a zero vector).
+template <typename T, typename C>
+__global__ void __launch_bounds__(256) distance_kernel(DistanceArgs<T, C> args) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+       p < args.batch * args.rows.n; p += warps) {
+    const int64_t b = p / args.rows.n, i = p % args.rows.n;
+    const T* first;
+    int64_t len;
+    args.rows.problem(b, &first, &len);
+    if (i >= len) continue;
+    RowSlice<T> y;
+    y.load(first + i * args.rows.ld, args.d, args.vec,
+           args.means != nullptr ? args.means + b * args.d : nullptr, lane);
+    const C* c = args.centroids + (b * args.k + args.labels[p]) * args.d;
+    float dot = 0.0f, yy = 0.0f, cc = 0.0f;
+#pragma unroll
+    for (int q = 0; q < RowSlice<T>::kQ; ++q) {
+      const int e0 = (lane + q * kWarp) * RowSlice<T>::kV;
+#pragma unroll
+      for (int u = 0; u < RowSlice<T>::kV; ++u) {
+        const float cv = e0 + u < args.d ? to_float(c[e0 + u]) : 0.0f;
+        dot = fmaf(y.v[q][u], cv, dot);
+        yy = fmaf(y.v[q][u], y.v[q][u], yy);
+        cc = fmaf(cv, cv, cc);
+      }
+    }
+    dot = warp_sum(dot);
+    yy = warp_sum(yy);
+    cc = warp_sum(cc);
+    if (lane == 0) {
+      args.distances[p] = args.cosine ? (yy > 0.0f ? 1.0f - dot / sqrtf(yy) : 1.0f)
+                                      : fmaxf(yy - 2.0f * dot + cc, 0.0f);
+    }
+  }
+}
+
 template <typename T>
 struct FinishArgs {
   Rows<T> rows;
-  const int32_t* labels;  // [batch, n]
-  const float* scores;
-  const float* point_w;
-  bool cosine;
-  int32_t* out_labels;      // by row of the points (offsets) or [batch, n]; may be null
-  float* out_distances;     // likewise; may be null
-  int32_t* sizes;           // [batch, k], zeroed; may be null
-  float* objective;         // [batch]; may be null
+  const int32_t* labels;     // [batch, n]
+  const float* distances;    // [batch, n]
+  int32_t* out_labels;       // by row of the points (offsets) or [batch, n]; may be null
+  float* out_distances;      // likewise; may be null
+  int32_t* sizes;            // [batch, k], zeroed; may be null
+  float* objective;          // [batch]; may be null
   int64_t k;
 };
 
 /// Labels and distances by row, sizes, and each problem's objective (a block per problem, its
-/// points summed in a fixed order).
+/// points' distances summed in a fixed order).
 template <typename T>
 __global__ void __launch_bounds__(256) finish_kernel(FinishArgs<T> args) {
   __shared__ float partial[256];
@@ -756,7 +903,7 @@ __global__ void __launch_bounds__(256) finish_kernel(FinishArgs<T> args) {
   for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
     const int64_t p = b * args.rows.n + i;
     const int label = args.labels[p];
-    const float dist = distance_of(args.scores[p], args.point_w[p], args.cosine);
+    const float dist = args.distances[p];
     sum += dist;
     if (args.out_labels != nullptr) args.out_labels[base + i] = label;
     if (args.out_distances != nullptr) args.out_distances[base + i] = dist;
@@ -795,6 +942,25 @@ Rows<T> rows_of(const KmeansPoints& p) {
   return Rows<T>{static_cast<const T*>(p.data), p.ld, p.batch_stride, p.n, p.offsets};
 }
 
+/// Whether every row may be read 8 bytes at a time up to d (RowSlice::load).
+template <typename T>
+bool rows_vec(const KmeansPoints& p) {
+  return p.d % RowSlice<T>::kV == 0;
+}
+
+Status launched(cudaStream_t stream) {
+  return check_launch(kOp, stream);
+}
+
+/// Opts `kernel` in to `smem` bytes of dynamic shared memory where that passes 48 KiB.
+template <typename Kernel>
+Status allow_smem(Kernel kernel, size_t smem) {
+  if (smem <= 48 * 1024) return Status();
+  const cudaError_t error = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  return error == cudaSuccess ? Status() : cuda_status(error, kOp, "setting the shared-memory size");
+}
+
 /// Warps of the assignment's blocks (32 points each): as many as the shared memory holds for
 /// rows of d_pad values (at most 8, at least 2).
 inline int assign_warps(int64_t d_pad, int element) {
@@ -808,15 +974,9 @@ template <typename T, int kWarps>
 Status launch_assign_warps(const AssignArgs<T>& args, int64_t batch, cudaStream_t stream) {
   const auto kernel = assign_kernel<T, kWarps>;
   const size_t smem = assign_smem(kWarps, args.d_pad, sizeof(T));
-  if (smem > 48 * 1024) {
-    if (const cudaError_t error = cudaFuncSetAttribute(
-            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        error != cudaSuccess) {
-      return cuda_status(error, kOp, "setting the shared-memory size");
-    }
-  }
+  if (Status s = allow_smem(kernel, smem); !s.ok()) return s;
   kernel<<<static_cast<unsigned>(batch * args.tiles), kWarps * 32, smem, stream>>>(args);
-  return check_launch(kOp, stream);
+  return launched(stream);
 }
 
 template <typename T>
@@ -831,8 +991,10 @@ Status launch_assign(const Call& call, cudaStream_t stream) {
                      call.metric == KmeansMetric::kCosine ? 1.0f : 2.0f,
                      (call.points.n + warps * 32 - 1) / (warps * 32),
                      call.center ? call.means : nullptr,
+                     call.metric == KmeansMetric::kCosine,
                      call.labels,
-                     call.scores};
+                     call.scores,
+                     call.point_w};
   switch (warps) {
     case 8:
       return launch_assign_warps<T, 8>(args, call.points.batch, stream);
@@ -850,37 +1012,47 @@ Status launch_operand(const Call& call, const C* centroids, cudaStream_t stream)
       centroids, call.points.batch, call.k, static_cast<int>(call.points.d),
       static_cast<int>(call.d_pad), call.metric == KmeansMetric::kCosine,
       static_cast<T*>(call.operand), call.bias);
-  return check_launch(kOp, stream);
+  return launched(stream);
 }
 
 template <typename T>
-Status launch_prepare(const Call& call, cudaStream_t stream) {
+Status launch_update(const Call& call, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
-  const int d = static_cast<int>(p.d);
-  if (call.compute_means) {
-    means_kernel<T><<<static_cast<unsigned>((d + 31) / 32 * p.batch), 256, 0, stream>>>(
-        rows_of<T>(p), d, call.means);
-    if (Status s = check_launch(kOp, stream); !s.ok()) return s;
-  }
-  point_weight_kernel<T><<<blocks_for(p.batch * p.n, 8), 256, 0, stream>>>(
-      rows_of<T>(p), d, p.batch, call.center ? call.means : nullptr,
-      call.metric == KmeansMetric::kCosine, call.point_w);
-  return check_launch(kOp, stream);
+  const auto sort = sort_kernel<T>;
+  const size_t smem = static_cast<size_t>(call.k) * sizeof(int32_t);
+  if (Status s = allow_smem(sort, smem); !s.ok()) return s;
+  sort<<<static_cast<unsigned>(p.batch), kSortThreads, smem, stream>>>(
+      rows_of<T>(p), call.labels, call.k, sort_bits(call.k), call.counts, call.starts, call.perm);
+  if (Status s = launched(stream); !s.ok()) return s;
+  SumArgs<T> args{rows_of<T>(p), call.counts,   call.starts, call.perm,
+                  call.center ? call.means : nullptr, call.centroids, call.k,
+                  p.batch * call.k, static_cast<int>(p.d), rows_vec<T>(p),
+                  call.metric == KmeansMetric::kCosine};
+  sum_kernel<T><<<blocks_for(args.items, kSumWarps), kSumWarps * 32, 0, stream>>>(args);
+  return launched(stream);
 }
 
-template <typename T>
-Status launch_finish(const Call& call, int32_t* out_labels, float* out_distances, int32_t* sizes,
-                     float* objective, cudaStream_t stream) {
+/// Distances of every point to its centroid, then labels (and distances) by row, sizes and the
+/// objective.
+template <typename T, typename C>
+Status launch_finish(const Call& call, const C* centroids, int32_t* out_labels,
+                     float* out_distances, int32_t* sizes, float* objective, cudaStream_t stream) {
+  const KmeansPoints& p = call.points;
+  DistanceArgs<T, C> distance{rows_of<T>(p),  call.labels, centroids,
+                              call.center ? call.means : nullptr, call.k,
+                              static_cast<int>(p.d), p.batch, rows_vec<T>(p),
+                              call.metric == KmeansMetric::kCosine, call.scores};
+  distance_kernel<T, C><<<blocks_for(p.batch * p.n, 8), 256, 0, stream>>>(distance);
+  if (Status s = launched(stream); !s.ok()) return s;
   if (sizes != nullptr) {
-    const size_t bytes = static_cast<size_t>(call.points.batch * call.k) * sizeof(int32_t);
+    const size_t bytes = static_cast<size_t>(p.batch * call.k) * sizeof(int32_t);
     if (const cudaError_t error = cudaMemsetAsync(sizes, 0, bytes, stream); error != cudaSuccess)
       return cuda_status(error, kOp, "clearing the sizes");
   }
-  FinishArgs<T> args{rows_of<T>(call.points), call.labels, call.scores, call.point_w,
-                     call.metric == KmeansMetric::kCosine, out_labels, out_distances, sizes,
+  FinishArgs<T> args{rows_of<T>(p), call.labels, call.scores, out_labels, out_distances, sizes,
                      objective, call.k};
-  finish_kernel<T><<<static_cast<unsigned>(call.points.batch), 256, 0, stream>>>(args);
-  return check_launch(kOp, stream);
+  finish_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(args);
+  return launched(stream);
 }
 
 }  // namespace
@@ -891,7 +1063,12 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
   const KmeansPoints& p = call.points;
   const int d = static_cast<int>(p.d);
   const bool cosine = call.metric == KmeansMetric::kCosine;
-  if (Status s = launch_prepare<T>(call, stream); !s.ok()) return s;
+  const float* means = call.center ? call.means : nullptr;
+  if (call.compute_means) {
+    means_kernel<T><<<static_cast<unsigned>((d + 31) / 32 * p.batch), 256, 0, stream>>>(
+        rows_of<T>(p), d, call.means);
+    if (Status s = launched(stream); !s.ok()) return s;
+  }
   const int64_t items = p.batch * call.k;
   Init init = Init::kStrided;
   if (params.init == KmeansInit::kRandom) {
@@ -904,52 +1081,42 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
     }
     random_rows_kernel<T><<<blocks_for(p.batch, 128), 128, 0, stream>>>(
         rows_of<T>(p), p.batch, call.k, params.seed, call.bitmap, words, call.rows);
-    if (Status s = check_launch(kOp, stream); !s.ok()) return s;
+    if (Status s = launched(stream); !s.ok()) return s;
   } else if (params.init == KmeansInit::kGiven) {
     init = Init::kGiven;
   }
-  const float* means = call.center ? call.means : nullptr;
   if (init == Init::kGiven && result.centroid_dtype != DType::kFloat32) {
     init_kernel<T, T><<<blocks_for(items, 8), 256, 0, stream>>>(
         rows_of<T>(p), d, p.batch, call.k, init, call.rows, static_cast<const T*>(result.centroids),
-        means, call.point_w, cosine, call.centroids);
+        means, cosine, call.centroids);
   } else {
     init_kernel<T, float><<<blocks_for(items, 8), 256, 0, stream>>>(
         rows_of<T>(p), d, p.batch, call.k, init, call.rows,
-        static_cast<const float*>(result.centroids), means, call.point_w, cosine, call.centroids);
+        static_cast<const float*>(result.centroids), means, cosine, call.centroids);
   }
-  if (Status s = check_launch(kOp, stream); !s.ok()) return s;
+  if (Status s = launched(stream); !s.ok()) return s;
 
-  const int per_warp = update_clusters_per_warp(p.d);
-  const int64_t blocks = (call.k + per_warp - 1) / per_warp;
-  UpdateArgs<T> update{rows_of<T>(p), call.labels, call.point_w, means,        call.centroids,
-                       call.counts,   call.k,      d,            per_warp,     blocks,
-                       p.batch * blocks, cosine};
-  const size_t update_smem =
-      static_cast<size_t>(kUpdateWarps) * (per_warp * p.d + per_warp) * sizeof(float);
   for (int iter = 0; iter < params.n_iters; ++iter) {
     if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
     if (Status s = launch_assign<T>(call, stream); !s.ok()) return s;
-    update_kernel<T><<<blocks_for(update.items, kUpdateWarps), kUpdateWarps * 32, update_smem,
-                       stream>>>(update);
-    if (Status s = check_launch(kOp, stream); !s.ok()) return s;
+    if (Status s = launch_update<T>(call, stream); !s.ok()) return s;
     if (params.empty == KmeansEmpty::kFarthest) {
       reseed_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(
           rows_of<T>(p), d, call.k, call.counts, call.scores, call.point_w, means, cosine,
           call.centroids);
-      if (Status s = check_launch(kOp, stream); !s.ok()) return s;
+      if (Status s = launched(stream); !s.ok()) return s;
     }
   }
   if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
   if (Status s = launch_assign<T>(call, stream); !s.ok()) return s;
-  if (Status s = launch_finish<T>(call, result.labels, nullptr, result.sizes, result.objective,
-                                  stream);
+  if (Status s = launch_finish<T, float>(call, call.centroids, result.labels, nullptr,
+                                         result.sizes, result.objective, stream);
       !s.ok())
     return s;
   if (result.centroid_dtype != DType::kFloat32) {
     convert_kernel<T><<<blocks_for(items * d, 256), 256, 0, stream>>>(
         call.centroids, items * d, static_cast<T*>(result.centroids));
-    if (Status s = check_launch(kOp, stream); !s.ok()) return s;
+    if (Status s = launched(stream); !s.ok()) return s;
   }
   return Status();
 }
@@ -957,14 +1124,16 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
 template <typename T>
 Status assign(const Call& call, const KmeansCentroids& centroids, int32_t* labels,
               float* distances, cudaStream_t stream) {
-  if (Status s = launch_prepare<T>(call, stream); !s.ok()) return s;
-  const Status s = centroids.dtype == DType::kFloat32
-                       ? launch_operand<T, float>(call, static_cast<const float*>(centroids.data),
-                                                  stream)
-                       : launch_operand<T, T>(call, static_cast<const T*>(centroids.data), stream);
-  if (!s.ok()) return s;
-  if (Status s2 = launch_assign<T>(call, stream); !s2.ok()) return s2;
-  return launch_finish<T>(call, labels, distances, nullptr, nullptr, stream);
+  if (centroids.dtype == DType::kFloat32) {
+    const auto* c = static_cast<const float*>(centroids.data);
+    if (Status s = launch_operand<T, float>(call, c, stream); !s.ok()) return s;
+    if (Status s = launch_assign<T>(call, stream); !s.ok()) return s;
+    return launch_finish<T, float>(call, c, labels, distances, nullptr, nullptr, stream);
+  }
+  const auto* c = static_cast<const T*>(centroids.data);
+  if (Status s = launch_operand<T, T>(call, c, stream); !s.ok()) return s;
+  if (Status s = launch_assign<T>(call, stream); !s.ok()) return s;
+  return launch_finish<T, T>(call, c, labels, distances, nullptr, nullptr, stream);
 }
 
 }  // namespace cudaops::detail::kmeans

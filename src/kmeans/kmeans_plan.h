@@ -18,6 +18,8 @@ inline constexpr int64_t kMaxRowBytes = 1024;
 inline constexpr int kChunk = 64;
 /// Most empty clusters re-seeded per problem and iteration (KmeansEmpty::kFarthest).
 inline constexpr int kMaxReseeds = 32;
+/// Most clusters per problem kmeans fits (its sort keeps a cursor per cluster in shared memory).
+inline constexpr int64_t kMaxFitClusters = 32768;
 
 /// The element size of a dtype the points may have (0 for others).
 inline int64_t element_size(DType dtype) {
@@ -55,6 +57,8 @@ struct Layout {
   Piece labels;     // [batch, n] int32
   Piece scores;     // [batch, n] float32
   Piece counts;     // [batch, k] int32
+  Piece starts;     // [batch, k] int32: each cluster's first place in perm
+  Piece perm;       // [batch, n] int32: each problem's rows grouped by label
   Piece rows;       // [batch, k] int32 (kRandom: the rows drawn)
   Piece bitmap;     // [batch, ceil(n / 32)] uint32 (kRandom)
   size_t bytes = 0;
@@ -81,6 +85,8 @@ struct Call {
   int32_t* labels = nullptr;
   float* scores = nullptr;
   int32_t* counts = nullptr;
+  int32_t* starts = nullptr;
+  int32_t* perm = nullptr;
   int32_t* rows = nullptr;
   uint32_t* bitmap = nullptr;
 };
