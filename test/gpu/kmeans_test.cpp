@@ -175,6 +175,7 @@ std::vector<T> Download(const void* d_ptr, int64_t count, cudaStream_t stream) {
   cudaMemsetAsync(labels.get(), 0xff, labels.size_bytes(), stream);
   cudaMemsetAsync(sizes.get(), 0xff, sizes.size_bytes(), stream);
   cudaMemsetAsync(objective.get(), 0xff, objective.size_bytes(), stream);
+  cudaMemsetAsync(means.get(), 0xff, means.size_bytes(), stream);
   KmeansResult result;
   result.centroids = centroids.data();
   result.centroid_dtype = c.centroid_dtype;

@@ -51,12 +51,14 @@ class DLManagedTensorVersioned(ctypes.Structure):
 FLAG_READ_ONLY = 1
 
 _api = ctypes.pythonapi
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_api.PyCapsule_IsValid.restype = ctypes.c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p,
+                                 ctypes.c_void_p)(("PyCapsule_New", _api))
+# The destructor gets the capsule while it is being freed: it must not take a reference to it,
+# so these take the raw pointer.
+_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", _api))
+_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _api))
 
 # A capsule keeps a pointer to its name: these bytes live as long as the module.
 _LEGACY = b"dltensor"
@@ -76,15 +78,15 @@ def _deleter(address):
     _release(address)
 
 
-_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.py_object)
+_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 @_DESTRUCTOR
 def _capsule_destructor(capsule):
     # An unused capsule releases its tensor, as the DLPack specification asks of producers.
     for name in (_LEGACY, _VERSIONED):
-        if _api.PyCapsule_IsValid(capsule, name):
-            _release(_api.PyCapsule_GetPointer(capsule, name))
+        if _is_valid(capsule, name):
+            _release(_get_pointer(capsule, name))
 
 
 def deleter_calls():
@@ -128,4 +130,4 @@ def make_capsule(ptr, shape, strides=None, type_code=2, bits=32, lanes=1, device
     address = ctypes.addressof(managed)
     _live[address] = (managed, shape_array, strides_array)
     destructor = ctypes.cast(_capsule_destructor, ctypes.c_void_p)
-    return _api.PyCapsule_New(address, name, destructor)
+    return _capsule_new(address, name, destructor)
