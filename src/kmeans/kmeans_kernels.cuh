@@ -454,27 +454,42 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
         }
       }
     }
-    // Each row's running minimum over this chunk's columns, in increasing order (a strict < keeps
-    // the lower index of a tie).
+    // Each row's running minimum: first the chunk's smallest score of the row, then, only where
+    // it beats the running one, the first column that has it (columns in increasing order, so a
+    // tie keeps the lower index).
     const int64_t j0 = chunk * kChunk;
+    const bool full = j0 + kChunk <= args.k;
+    float bj[8][2];
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int64_t j = j0 + nt * 8 + 2 * t + e;
-        if (j < args.k) {
-          const float bj = __ldg(bias + j);
+        bj[nt][e] = full || j < args.k ? __ldg(bias + j) : INFINITY;
+      }
+    }
 #pragma unroll
-          for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < 2; ++m) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const float score = fmaf(-args.alpha, acc[m][nt][2 * h + e], bj);
-              if (score < best[m][h]) {
-                best[m][h] = score;
-                best_j[m][h] = static_cast<int>(j);
-              }
+      for (int h = 0; h < 2; ++h) {
+        float low = INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            low = fminf(low, fmaf(-args.alpha, acc[m][nt][2 * h + e], bj[nt][e]));
+        }
+        if (low < best[m][h]) {
+          int at = 0;
+#pragma unroll
+          for (int nt = 7; nt >= 0; --nt) {
+#pragma unroll
+            for (int e = 1; e >= 0; --e) {
+              if (fmaf(-args.alpha, acc[m][nt][2 * h + e], bj[nt][e]) == low) at = nt * 8 + 2 * t + e;
             }
           }
+          best[m][h] = low;
+          best_j[m][h] = static_cast<int>(j0) + at;
         }
       }
     }
@@ -609,24 +624,39 @@ __global__ void __launch_bounds__(kSortThreads)
 }
 
 /// Values of a row each lane holds: kQ groups of kV consecutive values (kV = 8 bytes' worth), the
-/// group q of lane l at values (l + 32 q) kV.
-template <typename T>
+/// group q of lane l at values (l + 32 q) kV; kQ = 1, 2 or 4 for rows of up to 256, 512 or 1024
+/// bytes.
+template <typename T, int kQ_>
 struct RowSlice {
   static constexpr int kV = 8 / static_cast<int>(sizeof(T));
-  static constexpr int kQ = kPerLane / kV;
+  static constexpr int kQ = kQ_;
   float v[kQ][kV];
 
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+#pragma unroll
+      for (int u = 0; u < kV; ++u)
+        v[q][u] = 0.0f;
+    }
+  }
   /// Row `row` less `mu` (null: none), values past d zero; 8-byte loads where d allows them.
   __device__ __forceinline__ void load(const T* row, int d, bool vec, const float* mu, int lane) {
 #pragma unroll
     for (int q = 0; q < kQ; ++q) {
       const int e0 = (lane + q * kWarp) * kV;
-      if (vec && e0 < d) {
-        const uint2 w = *reinterpret_cast<const uint2*>(row + e0);
-        const T* t = reinterpret_cast<const T*>(&w);
+      if (vec) {
+        if (e0 < d) {
+          const uint2 w = __ldg(reinterpret_cast<const uint2*>(row + e0));
+          const T* t = reinterpret_cast<const T*>(&w);
 #pragma unroll
-        for (int u = 0; u < kV; ++u)
-          v[q][u] = to_float(t[u]);
+          for (int u = 0; u < kV; ++u)
+            v[q][u] = to_float(t[u]);
+        } else {
+#pragma unroll
+          for (int u = 0; u < kV; ++u)
+            v[q][u] = 0.0f;
+        }
       } else {
 #pragma unroll
         for (int u = 0; u < kV; ++u)
@@ -651,6 +681,13 @@ struct RowSlice {
   }
 };
 
+/// kQ for rows of d values of T.
+template <typename T>
+int slice_groups(int64_t d) {
+  const int64_t bytes = d * static_cast<int64_t>(sizeof(T));
+  return bytes <= 256 ? 1 : bytes <= 512 ? 2 : 4;
+}
+
 template <typename T>
 struct SumArgs {
   Rows<T> rows;
@@ -667,13 +704,14 @@ struct SumArgs {
 };
 
 constexpr int kSumWarps = 8;
-constexpr int kSumBatch = 4;  // rows loaded before any is added
 
 /// New centroids: a warp per cluster adds its points' working rows (y, or y / |y| for cosine) in
 /// row order, and writes their mean (cosine: their sum at unit length). Empty clusters, and
-/// cosine sums of zero, keep their centroid.
-template <typename T>
-__global__ void __launch_bounds__(kSumWarps * 32) sum_kernel(SumArgs<T> args) {
+/// cosine sums of zero, keep their centroid. kBatch rows are loaded before any is added.
+template <typename T, int kQ>
+__global__ void __launch_bounds__(kSumWarps * 32, 3) sum_kernel(SumArgs<T> args) {
+  constexpr int kBatch = kQ == 1 ? 8 : kQ == 2 ? 4 : 2;
+  using Slice = RowSlice<T, kQ>;
   const int lane = threadIdx.x % kWarp;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kSumWarps + threadIdx.x / kWarp;
   if (item >= args.items) return;
@@ -686,25 +724,22 @@ __global__ void __launch_bounds__(kSumWarps * 32) sum_kernel(SumArgs<T> args) {
   args.rows.problem(b, &first, &len);
   const int32_t* perm = args.perm + b * args.rows.n + start;
   const float* mu = args.means != nullptr ? args.means + b * args.d : nullptr;
-  RowSlice<T> acc;
-#pragma unroll
-  for (int q = 0; q < RowSlice<T>::kQ; ++q) {
-#pragma unroll
-    for (int u = 0; u < RowSlice<T>::kV; ++u)
-      acc.v[q][u] = 0.0f;
-  }
+  Slice acc;
+  acc.zero();
   for (int p0 = 0; p0 < count; p0 += kWarp) {
-    const int mine = p0 + lane < count ? perm[p0 + lane] : 0;
+    const int mine = p0 + lane < count ? __ldg(perm + p0 + lane) : 0;
     const int m = min(kWarp, count - p0);
-    for (int j = 0; j < m; j += kSumBatch) {
-      RowSlice<T> rowv[kSumBatch];
+    for (int j = 0; j < m; j += kBatch) {
+      Slice rowv[kBatch];
 #pragma unroll
-      for (int u = 0; u < kSumBatch; ++u) {
+      for (int u = 0; u < kBatch; ++u) {
         const int r = __shfl_sync(kFull, mine, (j + u) % kWarp);
-        if (j + u < m) rowv[u].load(first + static_cast<int64_t>(r) * args.rows.ld, args.d, args.vec, mu, lane);
+        if (j + u < m) {
+          rowv[u].load(first + static_cast<int64_t>(r) * args.rows.ld, args.d, args.vec, mu, lane);
+        }
       }
 #pragma unroll
-      for (int u = 0; u < kSumBatch; ++u) {
+      for (int u = 0; u < kBatch; ++u) {
         if (j + u >= m) continue;
         float scale = 1.0f;
         if (args.cosine) {
@@ -712,9 +747,9 @@ __global__ void __launch_bounds__(kSumWarps * 32) sum_kernel(SumArgs<T> args) {
           scale = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
         }
 #pragma unroll
-        for (int q = 0; q < RowSlice<T>::kQ; ++q) {
+        for (int q = 0; q < kQ; ++q) {
 #pragma unroll
-          for (int e = 0; e < RowSlice<T>::kV; ++e)
+          for (int e = 0; e < Slice::kV; ++e)
             acc.v[q][e] = fmaf(rowv[u].v[q][e], scale, acc.v[q][e]);
         }
       }
@@ -730,11 +765,13 @@ __global__ void __launch_bounds__(kSumWarps * 32) sum_kernel(SumArgs<T> args) {
   }
   float* out = args.centroids + item * args.d;
 #pragma unroll
-  for (int q = 0; q < RowSlice<T>::kQ; ++q) {
-    const int e0 = (lane + q * kWarp) * RowSlice<T>::kV;
+  for (int q = 0; q < kQ; ++q) {
+    const int e0 = (lane + q * kWarp) * Slice::kV;
 #pragma unroll
-    for (int u = 0; u < RowSlice<T>::kV; ++u) {
-      if (e0 + u < args.d) out[e0 + u] = args.cosine ? acc.v[q][u] * scale : acc.v[q][u] / count;
+    for (int u = 0; u < Slice::kV; ++u) {
+      if (e0 + u < args.d) {
+        out[e0 + u] = args.cosine ? acc.v[q][u] * scale : acc.v[q][u] / static_cast<float>(count);
+      }
     }
   }
 }
@@ -838,41 +875,62 @@ struct DistanceArgs {
   float* distances;  // [batch, n]
 };
 
-/// Each point's distance to its centroid in float32 (a warp per point): L2 |y - c|^2, cosine
-/// 1 - y . c / |y| (1 for a zero vector).
-template <typename T, typename C>
+/// Each point's distance to its centroid in float32: L2 |y - c|^2, cosine 1 - y . c / |y| (1 for
+/// a zero vector). A warp takes kBatch points at a time, their rows and centroids loaded before
+/// any is used.
+template <typename T, typename C, int kQ>
 __global__ void __launch_bounds__(256) distance_kernel(DistanceArgs<T, C> args) {
+  constexpr int kBatch = kQ == 1 ? 8 : kQ == 2 ? 4 : 2;
+  using Slice = RowSlice<T, kQ>;
   const int lane = threadIdx.x % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
-  for (int64_t p = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
-       p < args.batch * args.rows.n; p += warps) {
-    const int64_t b = p / args.rows.n, i = p % args.rows.n;
-    const T* first;
-    int64_t len;
-    args.rows.problem(b, &first, &len);
-    if (i >= len) continue;
-    RowSlice<T> y;
-    y.load(first + i * args.rows.ld, args.d, args.vec,
-           args.means != nullptr ? args.means + b * args.d : nullptr, lane);
-    const C* c = args.centroids + (b * args.k + args.labels[p]) * args.d;
-    float dot = 0.0f, yy = 0.0f, cc = 0.0f;
+  const int64_t total = args.batch * args.rows.n;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp) * kBatch;
+  for (int64_t p0 = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp) *
+                    kBatch;
+       p0 < total; p0 += stride) {
+    Slice y[kBatch];
+    const C* c[kBatch];
+    bool valid[kBatch];
 #pragma unroll
-    for (int q = 0; q < RowSlice<T>::kQ; ++q) {
-      const int e0 = (lane + q * kWarp) * RowSlice<T>::kV;
-#pragma unroll
-      for (int u = 0; u < RowSlice<T>::kV; ++u) {
-        const float cv = e0 + u < args.d ? to_float(c[e0 + u]) : 0.0f;
-        dot = fmaf(y.v[q][u], cv, dot);
-        yy = fmaf(y.v[q][u], y.v[q][u], yy);
-        cc = fmaf(cv, cv, cc);
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t p = p0 + u;
+      const int64_t b = p / args.rows.n, i = p % args.rows.n;
+      const T* first = nullptr;
+      int64_t len = 0;
+      if (p < total) args.rows.problem(b, &first, &len);
+      valid[u] = p < total && i < len;
+      c[u] = nullptr;
+      if (valid[u]) {
+        y[u].load(first + i * args.rows.ld, args.d, args.vec,
+                  args.means != nullptr ? args.means + b * args.d : nullptr, lane);
+        c[u] = args.centroids + (b * args.k + __ldg(args.labels + p)) * args.d;
       }
     }
-    dot = warp_sum(dot);
-    yy = warp_sum(yy);
-    cc = warp_sum(cc);
-    if (lane == 0) {
-      args.distances[p] = args.cosine ? (yy > 0.0f ? 1.0f - dot / sqrtf(yy) : 1.0f)
-                                      : fmaxf(yy - 2.0f * dot + cc, 0.0f);
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (!valid[u]) continue;
+      float dot = 0.0f, yy = 0.0f, dd = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kQ; ++q) {
+        const int e0 = (lane + q * kWarp) * Slice::kV;
+#pragma unroll
+        for (int e = 0; e < Slice::kV; ++e) {
+          const float cv = e0 + e < args.d ? to_float(c[u][e0 + e]) : 0.0f;
+          const float yv = y[u].v[q][e];
+          dot = fmaf(yv, cv, dot);
+          yy = fmaf(yv, yv, yy);
+          dd = fmaf(yv - cv, yv - cv, dd);
+        }
+      }
+      float dist;
+      if (args.cosine) {
+        dot = warp_sum(dot);
+        yy = warp_sum(yy);
+        dist = yy > 0.0f ? 1.0f - dot / sqrtf(yy) : 1.0f;
+      } else {
+        dist = warp_sum(dd);
+      }
+      if (lane == 0) args.distances[p0 + u] = dist;
     }
   }
 }
@@ -945,7 +1003,7 @@ Rows<T> rows_of(const KmeansPoints& p) {
 /// Whether every row may be read 8 bytes at a time up to d (RowSlice::load).
 template <typename T>
 bool rows_vec(const KmeansPoints& p) {
-  return p.d % RowSlice<T>::kV == 0;
+  return p.d % RowSlice<T, 1>::kV == 0;
 }
 
 Status launched(cudaStream_t stream) {
@@ -1028,7 +1086,18 @@ Status launch_update(const Call& call, cudaStream_t stream) {
                   call.center ? call.means : nullptr, call.centroids, call.k,
                   p.batch * call.k, static_cast<int>(p.d), rows_vec<T>(p),
                   call.metric == KmeansMetric::kCosine};
-  sum_kernel<T><<<blocks_for(args.items, kSumWarps), kSumWarps * 32, 0, stream>>>(args);
+  const unsigned blocks = blocks_for(args.items, kSumWarps);
+  switch (slice_groups<T>(p.d)) {
+    case 1:
+      sum_kernel<T, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+      break;
+    case 2:
+      sum_kernel<T, 2><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+      break;
+    default:
+      sum_kernel<T, 4><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+      break;
+  }
   return launched(stream);
 }
 
@@ -1042,7 +1111,18 @@ Status launch_finish(const Call& call, const C* centroids, int32_t* out_labels,
                               call.center ? call.means : nullptr, call.k,
                               static_cast<int>(p.d), p.batch, rows_vec<T>(p),
                               call.metric == KmeansMetric::kCosine, call.scores};
-  distance_kernel<T, C><<<blocks_for(p.batch * p.n, 8), 256, 0, stream>>>(distance);
+  const unsigned blocks = blocks_for(p.batch * p.n, 8 * 8);
+  switch (slice_groups<T>(p.d)) {
+    case 1:
+      distance_kernel<T, C, 1><<<blocks, 256, 0, stream>>>(distance);
+      break;
+    case 2:
+      distance_kernel<T, C, 2><<<blocks, 256, 0, stream>>>(distance);
+      break;
+    default:
+      distance_kernel<T, C, 4><<<blocks, 256, 0, stream>>>(distance);
+      break;
+  }
   if (Status s = launched(stream); !s.ok()) return s;
   if (sizes != nullptr) {
     const size_t bytes = static_cast<size_t>(p.batch * call.k) * sizeof(int32_t);
