@@ -22,6 +22,11 @@ enum class StatusCode : int {
 /// Short lower-case name of a code, e.g. "invalid argument".
 CUDAOPS_EXPORT const char* status_code_name(StatusCode code) noexcept;
 
+/// What a CUDA runtime error code means, as the library's messages say it: the runtime's text,
+/// but "no NVIDIA driver found (libcuda.so.1 could not be loaded)" where the runtime reports an
+/// insufficient driver and there is no driver at all.
+CUDAOPS_EXPORT const char* cuda_error_description(int cuda_error) noexcept;
+
 /// The result of every public call. Success carries no message and allocates nothing; a failure
 /// carries a message that names the function and the argument at fault.
 class [[nodiscard]] Status {

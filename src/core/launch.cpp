@@ -10,7 +10,7 @@ namespace cudaops::detail {
 
 Status cuda_status(cudaError_t error, const char* op, const char* what) {
   return Status(StatusCode::kCudaError,
-                std::string(op) + ": " + what + ": " + cudaGetErrorString(error) + " (" +
+                std::string(op) + ": " + what + ": " + cuda_error_description(error) + " (" +
                     cudaGetErrorName(error) + ")",
                 static_cast<int>(error));
 }

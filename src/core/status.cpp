@@ -1,6 +1,33 @@
 #include "cudaops/status.h"
 
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
 namespace cudaops {
+
+namespace {
+
+// Whether the driver's library can be loaded at all (checked once).
+bool driver_library_present() {
+  static const bool present = [] {
+    void* handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (handle == nullptr) handle = dlopen("libcuda.so.1", RTLD_LAZY);
+    if (handle == nullptr) return false;
+    dlclose(handle);
+    return true;
+  }();
+  return present;
+}
+
+}  // namespace
+
+const char* cuda_error_description(int cuda_error) noexcept {
+  const auto error = static_cast<cudaError_t>(cuda_error);
+  if (error == cudaErrorInsufficientDriver && !driver_library_present()) {
+    return "no NVIDIA driver found (libcuda.so.1 could not be loaded)";
+  }
+  return cudaGetErrorString(error);
+}
 
 const char* status_code_name(StatusCode code) noexcept {
   switch (code) {

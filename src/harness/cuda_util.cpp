@@ -5,7 +5,7 @@ namespace cudaops::harness {
 Status cuda_check(cudaError_t error, const std::string& what) {
   if (error == cudaSuccess) return Status();
   return Status(StatusCode::kCudaError,
-                what + ": " + cudaGetErrorString(error) + " (" + cudaGetErrorName(error) + ")",
+                what + ": " + cuda_error_description(error) + " (" + cudaGetErrorName(error) + ")",
                 static_cast<int>(error));
 }
 
@@ -13,7 +13,7 @@ bool cuda_device_usable(std::string* why) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
-    if (why) *why = std::string(cudaGetErrorString(error)) + " (" + cudaGetErrorName(error) + ")";
+    if (why) *why = std::string(cuda_error_description(error)) + " (" + cudaGetErrorName(error) + ")";
     cudaGetLastError();
     return false;
   }

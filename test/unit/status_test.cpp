@@ -1,6 +1,10 @@
 #include "cudaops/status.h"
 
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+
+#include <string>
 
 namespace cudaops {
 namespace {
@@ -31,6 +35,26 @@ TEST(Status, EveryCodeHasAName) {
   EXPECT_STREQ(status_code_name(StatusCode::kNotSupported), "not supported");
   EXPECT_STREQ(status_code_name(StatusCode::kCudaError), "CUDA error");
   EXPECT_STREQ(status_code_name(static_cast<StatusCode>(99)), "unknown status");
+}
+
+}  // namespace
+}  // namespace cudaops
+
+namespace cudaops {
+namespace {
+
+// An insufficient driver where there is no driver at all is said as such.
+TEST(CudaErrorDescription, SaysWhenThereIsNoDriver) {
+  void* driver = dlopen("libcuda.so.1", RTLD_LAZY);
+  const std::string text = cuda_error_description(static_cast<int>(cudaErrorInsufficientDriver));
+  if (driver == nullptr) {
+    EXPECT_EQ(text, "no NVIDIA driver found (libcuda.so.1 could not be loaded)");
+  } else {
+    dlclose(driver);
+    EXPECT_EQ(text, cudaGetErrorString(cudaErrorInsufficientDriver));
+  }
+  EXPECT_STREQ(cuda_error_description(static_cast<int>(cudaErrorInvalidValue)),
+               cudaGetErrorString(cudaErrorInvalidValue));
 }
 
 }  // namespace

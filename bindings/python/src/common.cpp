@@ -30,7 +30,7 @@ namespace cudaops::python {
 void check_cuda(cudaError_t error, const std::string& context) {
   if (error == cudaSuccess) return;
   (void)cudaGetLastError();
-  throw CudaError(context + ": " + cudaGetErrorName(error) + ": " + cudaGetErrorString(error));
+  throw CudaError(context + ": " + cudaGetErrorName(error) + ": " + cuda_error_description(error));
 }
 
 DeviceGuard::DeviceGuard(int device, const char* op) {
