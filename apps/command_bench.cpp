@@ -106,8 +106,8 @@ void print_row(const CaseReport& r, bool markdown, bool matched) {
     std::printf(markdown ? "| %s | %s | %s | %lld | %.2f | %.1f TFLOP/s | %.1f%% of GEMM |%s %s |\n"
                          : "%-12s %-9s %-28s %6lld %12.2f %7.1f TF/s %6.1f%% GEMM%s %7s\n",
                 r.op.c_str(), dtype_name(r.dtype), harness::format_dims(r.dims).c_str(),
-                static_cast<long long>(r.offset), r.timing.median_ms * 1e3, r.tflops,
-                r.pct_of_gemm, matched ? (markdown ? " - |" : "         -") : "", check.c_str());
+                static_cast<long long>(r.offset), r.timing.median_ms * 1e3, r.tflops, r.pct_of_gemm,
+                matched ? (markdown ? " - |" : "         -") : "", check.c_str());
     std::fflush(stdout);
     return;
   }

@@ -72,13 +72,13 @@ int execute(RunOptions& options) {
                     ? (", per call of runs of " + std::to_string(report.timing.calls)).c_str()
                     : "");
     if (report.flops > 0) {
-      std::printf("  rate:  %.1f TFLOP/s for %.4g FLOP of products = %.1f%% of a cuBLAS GEMM of "
-                  "the same (%.1f TFLOP/s)\n",
-                  report.tflops, report.flops, report.pct_of_gemm, report.gemm_tflops);
+      std::printf(
+          "  rate:  %.1f TFLOP/s for %.4g FLOP of products = %.1f%% of a cuBLAS GEMM of "
+          "the same (%.1f TFLOP/s)\n",
+          report.tflops, report.flops, report.pct_of_gemm, report.gemm_tflops);
     } else {
       std::printf("  rate:  %.1f GB/s for %lld bytes = %.1f%% of device copy (%.1f GB/s)\n",
-                  report.gbps, static_cast<long long>(report.bytes), report.pct_of_copy,
-                  copy_gbps);
+                  report.gbps, static_cast<long long>(report.bytes), report.pct_of_copy, copy_gbps);
     }
   }
   return report.checked && !report.check.ok() ? kExitCheckFailed : kExitOk;

@@ -74,10 +74,10 @@ struct CaseReport {
   double pct_of_matched_copy = 0.0;
   bool checked = false;
   ref::CompareResult check;
-  std::string launch;  ///< the kernel the op takes (OpCase::launch); may be empty
-  double flops = 0.0;         ///< of the matrix products (OpCase::flops); 0 for other ops
-  double tflops = 0.0;        ///< flops / median time
-  double gemm_tflops = 0.0;   ///< a cuBLAS GEMM of the same operations (gemm_yardstick)
+  std::string launch;        ///< the kernel the op takes (OpCase::launch); may be empty
+  double flops = 0.0;        ///< of the matrix products (OpCase::flops); 0 for other ops
+  double tflops = 0.0;       ///< flops / median time
+  double gemm_tflops = 0.0;  ///< a cuBLAS GEMM of the same operations (gemm_yardstick)
   double pct_of_gemm = 0.0;
 };
 

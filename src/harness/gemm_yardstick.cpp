@@ -19,9 +19,9 @@ namespace {
 
 Status blas_status(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status();
-  return Status(StatusCode::kCudaError,
-                std::string("GEMM yardstick: ") + what + " failed (cuBLAS status " +
-                    std::to_string(static_cast<int>(s)) + ")");
+  return Status(StatusCode::kCudaError, std::string("GEMM yardstick: ") + what +
+                                            " failed (cuBLAS status " +
+                                            std::to_string(static_cast<int>(s)) + ")");
 }
 
 }  // namespace
@@ -64,9 +64,9 @@ Status gemm_yardstick(DType dtype, double flops, double* tflops) {
   status = time_on_stream(
       [&](cudaStream_t stream) {
         cublasSetStream(handle, stream);
-        last = cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.data(), type, n,
-                            b.data(), type, n, &zero, c.data(), type, n, compute,
-                            CUBLAS_GEMM_DEFAULT);
+        last =
+            cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.data(), type, n,
+                         b.data(), type, n, &zero, c.data(), type, n, compute, CUBLAS_GEMM_DEFAULT);
         return blas_status(last, "cublasGemmEx");
       },
       nullptr, 3, 10, &timing, 1);

@@ -466,7 +466,6 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
   return Status();
 }
 
-
 }  // namespace
 
 // ---- compile -----------------------------------------------------------------------------

@@ -56,8 +56,8 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
   l.d_pad = padded_dims(d, element);
   Builder b;
   int64_t bn = 0, bk = 0, bkd = 0, bkp = 0, bd = 0;
-  if (!mul(batch, n, &bn) || !mul(batch, k, &bk) || !mul(bk, d, &bkd) ||
-      !mul(bk, l.d_pad, &bkp) || !mul(batch, d, &bd)) {
+  if (!mul(batch, n, &bn) || !mul(batch, k, &bk) || !mul(bk, d, &bkd) || !mul(bk, l.d_pad, &bkp) ||
+      !mul(batch, d, &bd)) {
     l.bytes = std::numeric_limits<size_t>::max();
     return l;
   }
@@ -128,13 +128,14 @@ Status check_points(const char* op, KmeansPoints* p, bool query = false) {
       return invalid(op, "points.n * points.ld overflows int64");
     }
     if (p->batch_stride < 0) {
-      return invalid(op, "points.batch_stride must be >= 0, got " +
-                             std::to_string(p->batch_stride));
+      return invalid(op,
+                     "points.batch_stride must be >= 0, got " + std::to_string(p->batch_stride));
     }
     if (p->batch_stride * element % 16 != 0) {
       return Status(StatusCode::kMisaligned,
-                    std::string(op) + ": points.batch_stride * element size must be a multiple "
-                                      "of 16 bytes");
+                    std::string(op) +
+                        ": points.batch_stride * element size must be a multiple "
+                        "of 16 bytes");
     }
     int64_t last = 0, rows = 0;
     if (p->batch > 0 && p->n > 0 &&
@@ -158,7 +159,8 @@ Status check_points(const char* op, KmeansPoints* p, bool query = false) {
   }
   if (p->batch > 0 && p->offsets != nullptr &&
       reinterpret_cast<uintptr_t>(p->offsets) % alignof(int64_t) != 0) {
-    return Status(StatusCode::kMisaligned, std::string(op) + ": points.offsets must be 8-byte aligned");
+    return Status(StatusCode::kMisaligned,
+                  std::string(op) + ": points.offsets must be 8-byte aligned");
   }
   return Status();
 }
@@ -200,8 +202,8 @@ Status check_params(const char* op, const KmeansPoints& p, const KmeansParams& p
   return Status();
 }
 
-Status check_output(const char* op, const char* name, const void* ptr, bool required,
-                    int64_t count, DType dtype) {
+Status check_output(const char* op, const char* name, const void* ptr, bool required, int64_t count,
+                    DType dtype) {
   if (ptr == nullptr && !required) return Status();
   return check_pointer(op, name, ptr, count, dtype);
 }
@@ -210,8 +212,8 @@ Status check_workspace(const char* op, const Layout& layout, void* workspace, si
                        const char* query) {
   if (bytes < layout.bytes) {
     std::ostringstream text;
-    text << op << ": workspace_bytes " << bytes << " is below the " << layout.bytes
-         << " bytes " << query << " gives for these points";
+    text << op << ": workspace_bytes " << bytes << " is below the " << layout.bytes << " bytes "
+         << query << " gives for these points";
     return Status(StatusCode::kWorkspaceTooSmall, text.str());
   }
   if (layout.bytes > 0 && workspace == nullptr) return invalid(op, "d_workspace must not be null");
@@ -243,8 +245,7 @@ Status require_tensor_cores(const char* op) {
 
 template <typename T>
 T* piece(void* workspace, const Piece& p) {
-  return p.bytes == 0 ? nullptr
-                      : reinterpret_cast<T*>(static_cast<char*>(workspace) + p.offset);
+  return p.bytes == 0 ? nullptr : reinterpret_cast<T*>(static_cast<char*>(workspace) + p.offset);
 }
 
 Call make_call(const KmeansPoints& points, const Layout& layout, void* workspace, int64_t k,
@@ -274,8 +275,7 @@ constexpr const char* kAssign = "kmeans_assign";
 
 Layout fit_layout(const KmeansPoints& p, const KmeansParams& params, DType centroid_dtype) {
   return make_layout(p.batch, p.n, p.d, params.n_clusters, p.dtype, true, params.center,
-                     params.init == KmeansInit::kRandom, centroid_dtype == DType::kFloat32,
-                     false);
+                     params.init == KmeansInit::kRandom, centroid_dtype == DType::kFloat32, false);
 }
 
 }  // namespace
@@ -285,7 +285,8 @@ using namespace detail::kmeans;  // NOLINT(google-build-using-namespace): this f
 
 Status kmeans_workspace_size(const KmeansPoints& points, const KmeansParams& params,
                              size_t* bytes) {
-  if (bytes == nullptr) return detail::kmeans::invalid("kmeans_workspace_size", "bytes must not be null");
+  if (bytes == nullptr)
+    return detail::kmeans::invalid("kmeans_workspace_size", "bytes must not be null");
   KmeansPoints p = points;
   if (Status s = check_points("kmeans_workspace_size", &p, true); !s.ok()) return s;
   if (Status s = check_params("kmeans_workspace_size", p, params); !s.ok()) return s;
@@ -322,23 +323,23 @@ Status kmeans(const KmeansPoints& points, const KmeansParams& params, const Kmea
                               result.centroid_dtype);
       !s.ok())
     return s;
-  if (Status s = check_output(kFit, "result.labels", result.labels, false, p.batch * p.n,
-                              DType::kInt32);
+  if (Status s =
+          check_output(kFit, "result.labels", result.labels, false, p.batch * p.n, DType::kInt32);
       !s.ok())
     return s;
   if (Status s = check_output(kFit, "result.sizes", result.sizes, false, bk, DType::kInt32);
       !s.ok())
     return s;
-  if (Status s = check_output(kFit, "result.objective", result.objective, false, p.batch,
-                              DType::kFloat32);
+  if (Status s =
+          check_output(kFit, "result.objective", result.objective, false, p.batch, DType::kFloat32);
       !s.ok())
     return s;
-  if (Status s = check_output(kFit, "result.means", result.means, false, p.batch * p.d,
-                              DType::kFloat32);
+  if (Status s =
+          check_output(kFit, "result.means", result.means, false, p.batch * p.d, DType::kFloat32);
       !s.ok())
     return s;
-  if (Status s = check_workspace(kFit, layout, d_workspace, workspace_bytes,
-                                 "kmeans_workspace_size");
+  if (Status s =
+          check_workspace(kFit, layout, d_workspace, workspace_bytes, "kmeans_workspace_size");
       !s.ok())
     return s;
   // Launch limits: a block per problem, and per 256 points of one.
@@ -352,10 +353,10 @@ Status kmeans(const KmeansPoints& points, const KmeansParams& params, const Kmea
   call.center = params.center;
   call.compute_means = params.center;
   if (params.center && result.means != nullptr) call.means = result.means;
-  if (result.centroid_dtype == DType::kFloat32) call.centroids = static_cast<float*>(result.centroids);
-  return detail::dispatch_float(kFit, p.dtype, [&](auto tag) {
-    return fit<decltype(tag)>(call, params, result, stream);
-  });
+  if (result.centroid_dtype == DType::kFloat32)
+    call.centroids = static_cast<float*>(result.centroids);
+  return detail::dispatch_float(
+      kFit, p.dtype, [&](auto tag) { return fit<decltype(tag)>(call, params, result, stream); });
 }
 
 Status kmeans_assign_workspace_size(const KmeansPoints& points, const KmeansCentroids& centroids,
@@ -368,8 +369,8 @@ Status kmeans_assign_workspace_size(const KmeansPoints& points, const KmeansCent
   if (centroids.n_clusters < 1) {
     return detail::kmeans::invalid(kQuery, "centroids.n_clusters must be >= 1");
   }
-  const Layout layout = make_layout(p.batch, p.n, p.d, centroids.n_clusters, p.dtype, false,
-                                    false, false, true, true);
+  const Layout layout = make_layout(p.batch, p.n, p.d, centroids.n_clusters, p.dtype, false, false,
+                                    false, true, true);
   if (layout.bytes == std::numeric_limits<size_t>::max()) {
     return detail::kmeans::invalid(kQuery, "the workspace size overflows");
   }
@@ -378,8 +379,8 @@ Status kmeans_assign_workspace_size(const KmeansPoints& points, const KmeansCent
 }
 
 Status kmeans_assign(const KmeansPoints& points, const KmeansCentroids& centroids,
-                     KmeansMetric metric, int32_t* d_labels, float* d_distances,
-                     void* d_workspace, size_t workspace_bytes, cudaStream_t stream) {
+                     KmeansMetric metric, int32_t* d_labels, float* d_distances, void* d_workspace,
+                     size_t workspace_bytes, cudaStream_t stream) {
   KmeansPoints p = points;
   if (Status s = check_points(kAssign, &p); !s.ok()) return s;
   if (Status s = check_metric(kAssign, metric); !s.ok()) return s;

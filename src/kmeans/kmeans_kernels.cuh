@@ -174,7 +174,8 @@ __global__ void __launch_bounds__(256)
     init_kernel(Rows<T> rows, int d, int64_t batch, int64_t k, Init init, const int32_t* drawn,
                 const G* given, const float* means, bool cosine, float* centroids) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int64_t item =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (item >= batch * k) return;
   const int64_t b = item / k, j = item % k;
   float* out = centroids + item * d;
@@ -193,9 +194,9 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int q = 0; q < kPerLane; ++q) {
       const int e = lane + q * kWarp;
-      v[q] = r >= 0 && e < d ? to_float(first[r * rows.ld + e]) -
-                                   (means != nullptr ? means[b * d + e] : 0.0f)
-                             : 0.0f;
+      v[q] = r >= 0 && e < d
+                 ? to_float(first[r * rows.ld + e]) - (means != nullptr ? means[b * d + e] : 0.0f)
+                 : 0.0f;
     }
   }
   float scale = 1.0f;
@@ -224,7 +225,8 @@ __global__ void __launch_bounds__(256)
     operand_kernel(const C* centroids, int64_t batch, int64_t k, int d, int d_pad, bool cosine,
                    T* operand, float* bias) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int64_t item =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (item >= batch * k) return;
   float norm = 0.0f;
   for (int e = lane; e < d_pad; e += kWarp) {
@@ -237,7 +239,8 @@ __global__ void __launch_bounds__(256)
   if (lane == 0) bias[item] = cosine ? 0.0f : norm;
 }
 
-// ---- the assignment ------------------------------------------------------------------------------
+// ---- the assignment
+// ------------------------------------------------------------------------------
 
 __device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -245,8 +248,8 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 
 /// 16 bytes from global to shared memory, of which `bytes` (0 to 16) are read and the rest zero.
 __device__ __forceinline__ void copy16(void* dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)),
-               "l"(src), "r"(bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
+               "r"(bytes));
 }
 __device__ __forceinline__ void copy_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
@@ -290,18 +293,18 @@ __device__ __forceinline__ void mma(float (&acc)[4], const uint32_t (&a)[4], uin
 template <typename T>
 struct AssignArgs {
   Rows<T> rows;
-  const T* operand;  // [batch, k, d_pad]
+  const T* operand;   // [batch, k, d_pad]
   const float* bias;  // [batch, k]
   int64_t k;
   int d;
   int d_pad;
   float alpha;
-  int64_t tiles;     // blocks per problem
+  int64_t tiles;       // blocks per problem
   const float* means;  // [batch, d] subtracted from the points before the products, or null
   bool cosine;
-  int32_t* labels;   // [batch, n]
-  float* scores;     // [batch, n]
-  float* point_w;    // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of the rounded y)
+  int32_t* labels;  // [batch, n]
+  float* scores;    // [batch, n]
+  float* point_w;   // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of the rounded y)
 };
 
 /// Bytes of a row of A or B in shared memory: the padded row and 16 bytes more, so that the 8
@@ -341,8 +344,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
     const int r = idx / chunks16, q = idx % chunks16;
     const int64_t i = row0 + r;
     const int bytes = i < len ? max(0, min(16, row_valid_bytes - q * 16)) : 0;
-    const unsigned char* src = reinterpret_cast<const unsigned char*>(
-        bytes > 0 ? first + i * args.rows.ld : first);
+    const unsigned char* src =
+        reinterpret_cast<const unsigned char*>(bytes > 0 ? first + i * args.rows.ld : first);
     copy16(a_tile + r * row_bytes + q * 16, src + (bytes > 0 ? q * 16 : 0), bytes);
   }
   const T* operand = args.operand + b * args.k * args.d_pad;
@@ -386,8 +389,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
         const float v = to_float(row[e]);
         s = fmaf(v, v, s);
       }
-      args.point_w[b * args.rows.n + i] =
-          args.cosine ? (s > 0.0f ? 1.0f / sqrtf(s) : 0.0f) : s;
+      args.point_w[b * args.rows.n + i] = args.cosine ? (s > 0.0f ? 1.0f / sqrtf(s) : 0.0f) : s;
     }
   }
 
@@ -405,8 +407,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
   const float* bias = args.bias + b * args.k;
   // ldmatrix addresses: A rows of this warp (lane % 16), 16-byte half (lane / 16); B rows
   // (lane % 8) + 8 * (lane / 16), half (lane / 8) % 2.
-  const unsigned char* a_base =
-      a_tile + (warp * 32 + (lane % 16)) * row_bytes + (lane / 16) * 16;
+  const unsigned char* a_base = a_tile + (warp * 32 + (lane % 16)) * row_bytes + (lane / 16) * 16;
   const int b_row = (lane % 8) + 8 * (lane / 16);
   const int b_half = ((lane / 8) % 2) * 16;
   const int steps = args.d_pad * static_cast<int>(sizeof(T)) / 32;
@@ -485,7 +486,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
           for (int nt = 7; nt >= 0; --nt) {
 #pragma unroll
             for (int e = 1; e >= 0; --e) {
-              if (fmaf(-args.alpha, acc[m][nt][2 * h + e], bj[nt][e]) == low) at = nt * 8 + 2 * t + e;
+              if (fmaf(-args.alpha, acc[m][nt][2 * h + e], bj[nt][e]) == low)
+                at = nt * 8 + 2 * t + e;
             }
           }
           best[m][h] = low;
@@ -854,12 +856,14 @@ __global__ void __launch_bounds__(256)
     const float w = cosine ? pw[r] : 1.0f;
     float* out = centroids + (b * k + empty[round]) * d;
     for (int e = threadIdx.x; e < d; e += blockDim.x)
-      out[e] = (to_float(first[r * rows.ld + e]) - (means != nullptr ? means[b * d + e] : 0.0f)) * w;
+      out[e] =
+          (to_float(first[r * rows.ld + e]) - (means != nullptr ? means[b * d + e] : 0.0f)) * w;
     __syncthreads();
   }
 }
 
-// ---- finish --------------------------------------------------------------------------------------
+// ---- finish
+// --------------------------------------------------------------------------------------
 
 template <typename T, typename C>
 struct DistanceArgs {
@@ -885,8 +889,8 @@ __global__ void __launch_bounds__(256) distance_kernel(DistanceArgs<T, C> args) 
   const int lane = threadIdx.x % kWarp;
   const int64_t total = args.batch * args.rows.n;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp) * kBatch;
-  for (int64_t p0 = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp) *
-                    kBatch;
+  for (int64_t p0 =
+           (static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp) * kBatch;
        p0 < total; p0 += stride) {
     Slice y[kBatch];
     const C* c[kBatch];
@@ -938,12 +942,12 @@ __global__ void __launch_bounds__(256) distance_kernel(DistanceArgs<T, C> args) 
 template <typename T>
 struct FinishArgs {
   Rows<T> rows;
-  const int32_t* labels;     // [batch, n]
-  const float* distances;    // [batch, n]
-  int32_t* out_labels;       // by row of the points (offsets) or [batch, n]; may be null
-  float* out_distances;      // likewise; may be null
-  int32_t* sizes;            // [batch, k], zeroed; may be null
-  float* objective;          // [batch]; may be null
+  const int32_t* labels;   // [batch, n]
+  const float* distances;  // [batch, n]
+  int32_t* out_labels;     // by row of the points (offsets) or [batch, n]; may be null
+  float* out_distances;    // likewise; may be null
+  int32_t* sizes;          // [batch, k], zeroed; may be null
+  float* objective;        // [batch]; may be null
   int64_t k;
 };
 
@@ -986,7 +990,8 @@ __global__ void convert_kernel(const float* in, int64_t count, T* out) {
     out[i] = from_float<T>(in[i]);
 }
 
-// ---- host ------------------------------------------------------------------------------------------
+// ---- host
+// ------------------------------------------------------------------------------------------
 
 constexpr const char* kOp = "kmeans";
 
@@ -1016,7 +1021,8 @@ Status allow_smem(Kernel kernel, size_t smem) {
   if (smem <= 48 * 1024) return Status();
   const cudaError_t error = cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  return error == cudaSuccess ? Status() : cuda_status(error, kOp, "setting the shared-memory size");
+  return error == cudaSuccess ? Status()
+                              : cuda_status(error, kOp, "setting the shared-memory size");
 }
 
 /// Warps of the assignment's blocks (32 points each): as many as the shared memory holds for
@@ -1082,9 +1088,16 @@ Status launch_update(const Call& call, cudaStream_t stream) {
   sort<<<static_cast<unsigned>(p.batch), kSortThreads, smem, stream>>>(
       rows_of<T>(p), call.labels, call.k, sort_bits(call.k), call.counts, call.starts, call.perm);
   if (Status s = launched(stream); !s.ok()) return s;
-  SumArgs<T> args{rows_of<T>(p), call.counts,   call.starts, call.perm,
-                  call.center ? call.means : nullptr, call.centroids, call.k,
-                  p.batch * call.k, static_cast<int>(p.d), rows_vec<T>(p),
+  SumArgs<T> args{rows_of<T>(p),
+                  call.counts,
+                  call.starts,
+                  call.perm,
+                  call.center ? call.means : nullptr,
+                  call.centroids,
+                  call.k,
+                  p.batch * call.k,
+                  static_cast<int>(p.d),
+                  rows_vec<T>(p),
                   call.metric == KmeansMetric::kCosine};
   const unsigned blocks = blocks_for(args.items, kSumWarps);
   switch (slice_groups<T>(p.d)) {
@@ -1107,10 +1120,16 @@ template <typename T, typename C>
 Status launch_finish(const Call& call, const C* centroids, int32_t* out_labels,
                      float* out_distances, int32_t* sizes, float* objective, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
-  DistanceArgs<T, C> distance{rows_of<T>(p),  call.labels, centroids,
-                              call.center ? call.means : nullptr, call.k,
-                              static_cast<int>(p.d), p.batch, rows_vec<T>(p),
-                              call.metric == KmeansMetric::kCosine, call.scores};
+  DistanceArgs<T, C> distance{rows_of<T>(p),
+                              call.labels,
+                              centroids,
+                              call.center ? call.means : nullptr,
+                              call.k,
+                              static_cast<int>(p.d),
+                              p.batch,
+                              rows_vec<T>(p),
+                              call.metric == KmeansMetric::kCosine,
+                              call.scores};
   const unsigned blocks = blocks_for(p.batch * p.n, 8 * 8);
   switch (slice_groups<T>(p.d)) {
     case 1:
@@ -1129,8 +1148,8 @@ Status launch_finish(const Call& call, const C* centroids, int32_t* out_labels,
     if (const cudaError_t error = cudaMemsetAsync(sizes, 0, bytes, stream); error != cudaSuccess)
       return cuda_status(error, kOp, "clearing the sizes");
   }
-  FinishArgs<T> args{rows_of<T>(p), call.labels, call.scores, out_labels, out_distances, sizes,
-                     objective, call.k};
+  FinishArgs<T> args{rows_of<T>(p), call.labels, call.scores, out_labels,
+                     out_distances, sizes,       objective,   call.k};
   finish_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(args);
   return launched(stream);
 }
@@ -1189,8 +1208,8 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
   }
   if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
   if (Status s = launch_assign<T>(call, stream); !s.ok()) return s;
-  if (Status s = launch_finish<T, float>(call, call.centroids, result.labels, nullptr,
-                                         result.sizes, result.objective, stream);
+  if (Status s = launch_finish<T, float>(call, call.centroids, result.labels, nullptr, result.sizes,
+                                         result.objective, stream);
       !s.ok())
     return s;
   if (result.centroid_dtype != DType::kFloat32) {
@@ -1202,8 +1221,8 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
 }
 
 template <typename T>
-Status assign(const Call& call, const KmeansCentroids& centroids, int32_t* labels,
-              float* distances, cudaStream_t stream) {
+Status assign(const Call& call, const KmeansCentroids& centroids, int32_t* labels, float* distances,
+              cudaStream_t stream) {
   if (centroids.dtype == DType::kFloat32) {
     const auto* c = static_cast<const float*>(centroids.data);
     if (Status s = launch_operand<T, float>(call, c, stream); !s.ok()) return s;
@@ -1218,8 +1237,8 @@ Status assign(const Call& call, const KmeansCentroids& centroids, int32_t* label
 
 }  // namespace cudaops::detail::kmeans
 
-#define CUDAOPS_KMEANS_INSTANTIATE(T)                                                           \
-  template cudaops::Status cudaops::detail::kmeans::fit<T>(const Call&, const KmeansParams&,    \
-                                                           const KmeansResult&, cudaStream_t); \
-  template cudaops::Status cudaops::detail::kmeans::assign<T>(                                  \
-      const Call&, const KmeansCentroids&, int32_t*, float*, cudaStream_t);
+#define CUDAOPS_KMEANS_INSTANTIATE(T)                                                              \
+  template cudaops::Status cudaops::detail::kmeans::fit<T>(const Call&, const KmeansParams&,       \
+                                                           const KmeansResult&, cudaStream_t);     \
+  template cudaops::Status cudaops::detail::kmeans::assign<T>(const Call&, const KmeansCentroids&, \
+                                                              int32_t*, float*, cudaStream_t);

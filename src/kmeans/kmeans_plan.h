@@ -98,7 +98,7 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
 
 /// kmeans_assign for points of T.
 template <typename T>
-Status assign(const Call& call, const KmeansCentroids& centroids, int32_t* labels,
-              float* distances, cudaStream_t stream);
+Status assign(const Call& call, const KmeansCentroids& centroids, int32_t* labels, float* distances,
+              cudaStream_t stream);
 
 }  // namespace cudaops::detail::kmeans

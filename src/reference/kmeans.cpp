@@ -38,7 +38,7 @@ std::vector<int64_t> kmeans_random_rows(uint64_t seed, int64_t b, int64_t len, i
 namespace {
 
 struct Problem {
-  std::vector<double> z;  // [len, d] working points
+  std::vector<double> z;      // [len, d] working points
   std::vector<double> norm2;  // ||z_i||^2
   int64_t len = 0;
 };

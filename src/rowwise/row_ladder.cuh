@@ -36,6 +36,22 @@
 
 namespace cudaops::detail::rowwise {
 
+/// What most ops' traits say: no cap on blocks per SM, rows split as launch_if_split does one
+/// at a time, no split kernel tried first. Traits derive from it and say what differs.
+struct RowOpDefaults {
+  template <int kThreads, int kVecs>
+  static constexpr int cap_blocks() {
+    return 0;
+  }
+  static constexpr bool kWideSplit = false;
+  static constexpr int kRowsPerCluster = 1;
+  static bool splits(int64_t) { return true; }
+  static Status split_rows(const char*, cudaStream_t, RowPlan*, bool* launched) {
+    *launched = false;
+    return Status();
+  }
+};
+
 /// A pipelined kernel's launch shape (plan_pipelined's arguments).
 struct PipeShape {
   int vecs;

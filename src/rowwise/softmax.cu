@@ -386,7 +386,7 @@ namespace {
 
 // The ladder's traits of softmax (row_ladder.cuh).
 template <typename T>
-struct SoftmaxRows {
+struct SoftmaxRows : RowOpDefaults {
   using Type = T;
   using StreamedKernel = void (*)(const T*, int64_t, T*, int64_t, int64_t, int64_t, bool);
   static constexpr int kCachedCount = kSoftmaxCachedCount;
@@ -398,8 +398,6 @@ struct SoftmaxRows {
   static constexpr int cap_blocks() {
     return kSoftmaxCapBlocks<kThreads, kVecs>;
   }
-  static constexpr bool kWideSplit = false;
-  static constexpr int kRowsPerCluster = 1;
   static constexpr bool kPipelined = true;
   static constexpr PipeShape kPipe{kPipeSoftmaxVecs, kPipeSoftmaxThreads, 1, kPipeSoftmaxBlocks};
   static constexpr auto pipelined() { return softmax_pipelined<T>; }
@@ -411,11 +409,6 @@ struct SoftmaxRows {
   int64_t rows;
   int64_t cols;
 
-  bool splits(int64_t) const { return true; }
-  Status split_rows(const char*, cudaStream_t, RowPlan*, bool* launched) const {
-    *launched = false;
-    return Status();
-  }
   Status streamed(const char* op, bool aligned, StreamedKernel* kernel,
                   StreamedLaunch* launch) const {
     *kernel = aligned ? softmax_streamed<T, kVec16<T>> : softmax_streamed<T, 1>;
@@ -429,7 +422,7 @@ struct SoftmaxRows {
 
 // The ladder's traits of softmax_backward.
 template <typename T>
-struct SoftmaxBackwardRows {
+struct SoftmaxBackwardRows : RowOpDefaults {
   using Type = T;
   using StreamedKernel = void (*)(const T*, int64_t, const T*, int64_t, T*, int64_t, int64_t,
                                   int64_t, bool);
@@ -438,12 +431,6 @@ struct SoftmaxBackwardRows {
   static constexpr auto cached() {
     return softmax_backward_cached<T, kThreads, kVecs, kVec16<T>, kSplit>;
   }
-  template <int kThreads, int kVecs>
-  static constexpr int cap_blocks() {
-    return 0;
-  }
-  static constexpr bool kWideSplit = false;
-  static constexpr int kRowsPerCluster = 1;
   static constexpr bool kPipelined = true;
   static constexpr PipeShape kPipe{kPipeBackwardVecs, kPipeBackwardThreads, 2, 1};
   static constexpr auto pipelined() { return softmax_backward_pipelined<T>; }
@@ -457,11 +444,6 @@ struct SoftmaxBackwardRows {
   int64_t rows;
   int64_t cols;
 
-  bool splits(int64_t) const { return true; }
-  Status split_rows(const char*, cudaStream_t, RowPlan*, bool* launched) const {
-    *launched = false;
-    return Status();
-  }
   Status streamed(const char* op, bool aligned, StreamedKernel* kernel,
                   StreamedLaunch* launch) const {
     *kernel = aligned ? softmax_backward_streamed<T, kVec16<T>> : softmax_backward_streamed<T, 1>;
@@ -481,11 +463,9 @@ Status softmax_ladder(const char* op, ConstMatrixRef x, MatrixRef y, int64_t row
                       DType dtype, bool aligned, cudaStream_t stream, RowPlan* dry) {
   return dispatch_float(op, dtype, [&](auto tag) {
     using T = decltype(tag);
-    const SoftmaxRows<T> o{static_cast<const T*>(x.data),
-                           x.row_stride,
-                           static_cast<T*>(y.data),
-                           y.row_stride,
-                           rows,
+    const SoftmaxRows<T> o{{},           static_cast<const T*>(x.data),
+                           x.row_stride, static_cast<T*>(y.data),
+                           y.row_stride, rows,
                            cols};
     return run_row_ladder(op, o, rows, cols, aligned, stream, dry);
   });
@@ -496,7 +476,8 @@ Status softmax_backward_ladder(const char* op, ConstMatrixRef y, ConstMatrixRef 
                                cudaStream_t stream, RowPlan* dry) {
   return dispatch_float(op, dtype, [&](auto tag) {
     using T = decltype(tag);
-    const SoftmaxBackwardRows<T> o{static_cast<const T*>(y.data),
+    const SoftmaxBackwardRows<T> o{{},
+                                   static_cast<const T*>(y.data),
                                    y.row_stride,
                                    static_cast<const T*>(dy.data),
                                    dy.row_stride,

@@ -50,9 +50,10 @@ HostArray MixturePoints(DType dtype, const ref::KmeansLayout& layout, int64_t ro
     for (int64_t i = 0; i < layout.length(b); ++i) {
       const int which = static_cast<int>(rng() % static_cast<uint64_t>(centers));
       for (int64_t e = 0; e < layout.ld; ++e) {
-        const double v = e < layout.d ? c[which * layout.d + e] + 0.15 * normal(rng) /
-                                                                       std::sqrt(static_cast<double>(layout.d))
-                                      : 1e6;  // padding past d: must never be read
+        const double v = e < layout.d
+                             ? c[which * layout.d + e] +
+                                   0.15 * normal(rng) / std::sqrt(static_cast<double>(layout.d))
+                             : 1e6;  // padding past d: must never be read
         x.set(layout.at(b, i) + e, v);
       }
     }
@@ -68,8 +69,8 @@ struct Case {
   KmeansEmpty empty = KmeansEmpty::kKeep;
   int64_t batch = 1, n = 0, d = 0, k = 0;
   int iters = 3;
-  int64_t ld_pad = 0;                  // ld = d rounded to 16 bytes + ld_pad elements
-  std::vector<int64_t> lengths;        // with offsets: each problem's rows (n is their bound)
+  int64_t ld_pad = 0;            // ld = d rounded to 16 bytes + ld_pad elements
+  std::vector<int64_t> lengths;  // with offsets: each problem's rows (n is their bound)
   DType centroid_dtype = DType::kFloat32;
 };
 
@@ -116,9 +117,9 @@ struct Fit {
 template <typename T>
 std::vector<T> Download(const void* d_ptr, int64_t count, cudaStream_t stream) {
   std::vector<T> host(static_cast<size_t>(count));
-  EXPECT_EQ(cudaMemcpyAsync(host.data(), d_ptr, host.size() * sizeof(T), cudaMemcpyDeviceToHost,
-                            stream),
-            cudaSuccess);
+  EXPECT_EQ(
+      cudaMemcpyAsync(host.data(), d_ptr, host.size() * sizeof(T), cudaMemcpyDeviceToHost, stream),
+      cudaSuccess);
   EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   return host;
 }
@@ -313,8 +314,7 @@ double Norm2(const ref::KmeansReference& at_zero, int64_t index) {
     std::vector<bool> dirty(static_cast<size_t>(c.k), false);
     for (int64_t i = 0; i < len; ++i) {
       const int64_t p = b * c.n + i;
-      const bool ambiguous =
-          Ambiguous(want0.margins[p], Norm2(zero, p), c2max, c.metric, c.dtype);
+      const bool ambiguous = Ambiguous(want0.margins[p], Norm2(zero, p), c2max, c.metric, c.dtype);
       if (ambiguous) {
         dirty[want0.labels[p]] = dirty[want0.second[p]] = true;
       } else if (got0.labels[base + i] != want0.labels[p]) {
@@ -336,8 +336,8 @@ double Norm2(const ref::KmeansReference& at_zero, int64_t index) {
     }
     {
       const double eps = ProductEps(c.dtype);
-      const double slack = 64 * eps * (c.metric == KmeansMetric::kCosine ? 1.0 : c2max) *
-                           static_cast<double>(len);
+      const double slack =
+          64 * eps * (c.metric == KmeansMetric::kCosine ? 1.0 : c2max) * static_cast<double>(len);
       if (!(std::abs(got0.objective[b] - want0.objective[b]) <=
             slack + 1e-4 * std::abs(want0.objective[b]))) {
         return ::testing::AssertionFailure()
@@ -378,7 +378,8 @@ double Norm2(const ref::KmeansReference& at_zero, int64_t index) {
       const int64_t p = b * c.n + i;
       const int32_t label = got.labels[base + i];
       if (label < 0 || label >= c.k) {
-        return ::testing::AssertionFailure() << "problem " << b << " row " << i << ": label " << label;
+        return ::testing::AssertionFailure()
+               << "problem " << b << " row " << i << ": label " << label;
       }
       ++counts[label];
       if (label != self.labels[p] &&
@@ -391,22 +392,22 @@ double Norm2(const ref::KmeansReference& at_zero, int64_t index) {
     }
     for (int64_t j = 0; j < c.k; ++j) {
       if (got.sizes[b * c.k + j] != counts[j]) {
-        return ::testing::AssertionFailure() << "problem " << b << " cluster " << j << ": size "
-                                             << got.sizes[b * c.k + j] << ", labels count "
-                                             << counts[j];
+        return ::testing::AssertionFailure()
+               << "problem " << b << " cluster " << j << ": size " << got.sizes[b * c.k + j]
+               << ", labels count " << counts[j];
       }
     }
     const double eps = ProductEps(c.dtype);
-    const double slack = 64 * eps * (c.metric == KmeansMetric::kCosine ? 1.0 : c2max) *
-                         static_cast<double>(len);
+    const double slack =
+        64 * eps * (c.metric == KmeansMetric::kCosine ? 1.0 : c2max) * static_cast<double>(len);
     if (!(std::abs(got.objective[b] - objective) <= slack + 1e-4 * std::abs(objective))) {
       return ::testing::AssertionFailure() << "problem " << b << ": objective " << got.objective[b]
                                            << ", its labels' distances add up to " << objective;
     }
     if (!(got.objective[b] <= got0.objective[b] + slack)) {
-      return ::testing::AssertionFailure() << "problem " << b << ": objective " << got.objective[b]
-                                           << " after the iterations, " << got0.objective[b]
-                                           << " before";
+      return ::testing::AssertionFailure()
+             << "problem " << b << ": objective " << got.objective[b] << " after the iterations, "
+             << got0.objective[b] << " before";
     }
   }
   (void)compared;
@@ -425,7 +426,7 @@ std::vector<Case> Cases() {
   struct Shape {
     int64_t batch, n, d, k;
   };
-  const Shape shapes[] = {{1, 1, 1, 1},     {3, 7, 3, 2},    {2, 199, 64, 5},
+  const Shape shapes[] = {{1, 1, 1, 1},     {3, 7, 3, 2},        {2, 199, 64, 5},
                           {5, 257, 96, 65}, {1, 1000, 128, 130}, {4, 300, 200, 17},
                           {2, 513, 256, 64}};
   for (DType dtype : kDtypes) {
@@ -533,7 +534,8 @@ TEST(KmeansAssign, MatchesReference) {
   for (DType dtype : kDtypes) {
     for (KmeansMetric metric : {KmeansMetric::kL2, KmeansMetric::kCosine}) {
       for (bool with_means : {false, true}) {
-        SCOPED_TRACE(std::string(dtype_name(dtype)) + (metric == KmeansMetric::kCosine ? " cosine" : " l2") +
+        SCOPED_TRACE(std::string(dtype_name(dtype)) +
+                     (metric == KmeansMetric::kCosine ? " cosine" : " l2") +
                      (with_means ? " means" : ""));
         Case c;
         c.dtype = dtype;
@@ -560,9 +562,9 @@ TEST(KmeansAssign, MatchesReference) {
               cent.set(j * c.d + e, cent.get(j * c.d + e) / std::sqrt(s));
           }
         }
-        const ref::KmeansReference want = ref::kmeans_assign(
-            x, layout, cent.to_double(), c.k, with_means ? means.to_double() : std::vector<double>{},
-            metric);
+        const ref::KmeansReference want =
+            ref::kmeans_assign(x, layout, cent.to_double(), c.k,
+                               with_means ? means.to_double() : std::vector<double>{}, metric);
         DeviceArray dx, dc, dm;
         DeviceBuffer labels, dist, workspace;
         ASSERT_TRUE(dx.allocate(dtype, x.size()).ok());

@@ -54,7 +54,7 @@ def test_mask_none_is_fine_up_to_the_device(cai):
     # A None mask is no mask: the call gets as far as needing a device.
     if cudaops.device_count() > 0:
         pytest.skip("needs a machine without a GPU")
-    with pytest.raises(cudaops.CudaError, match=r"add: .*CUDA"):
+    with pytest.raises(cudaops.CudaError, match=r"add: .*(CUDA|no NVIDIA driver found)"):
         cudaops.add(cai([4], mask=None), cai([4]))
 
 

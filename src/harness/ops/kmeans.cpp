@@ -80,9 +80,7 @@ class KmeansCase : public OpCase {
 
   /// Each iteration reads the points twice (assignment, update); the first and last passes once
   /// more each.
-  int64_t bytes_moved() const override {
-    return host_x_.size_bytes() * (2 * params_.n_iters + 3);
-  }
+  int64_t bytes_moved() const override { return host_x_.size_bytes() * (2 * params_.n_iters + 3); }
 
   double flops() const override {
     return 2.0 * static_cast<double>(layout_.batch) * static_cast<double>(layout_.n) *
@@ -111,7 +109,8 @@ class KmeansCase : public OpCase {
     if (status.ok()) status = centroids_.download(&centroids, stream);
     if (!status.ok()) return status;
     const int64_t batch = layout_.batch, n = layout_.n, d = layout_.d, k = params_.n_clusters;
-    std::vector<int32_t> labels(static_cast<size_t>(batch * n)), sizes(static_cast<size_t>(batch * k));
+    std::vector<int32_t> labels(static_cast<size_t>(batch * n)),
+        sizes(static_cast<size_t>(batch * k));
     std::vector<float> objective(static_cast<size_t>(batch)), means(static_cast<size_t>(batch * d));
     cudaMemcpy(labels.data(), labels_.get(), labels.size() * 4, cudaMemcpyDeviceToHost);
     cudaMemcpy(sizes.data(), sizes_.get(), sizes.size() * 4, cudaMemcpyDeviceToHost);
@@ -148,8 +147,7 @@ class KmeansCase : public OpCase {
         if (in_range) ++counts[label];
         const double threshold =
             params_.metric == KmeansMetric::kCosine ? 32 * eps : 32 * eps * 4 * c2max;
-        const bool right =
-            in_range && (label == self.labels[p] || self.margins[p] <= threshold);
+        const bool right = in_range && (label == self.labels[p] || self.margins[p] <= threshold);
         got.set(at, right ? 1.0 : 0.0);
         want[at++] = 1.0;
         objective_sum += self.distances[p];
