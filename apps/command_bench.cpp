@@ -23,7 +23,7 @@ struct BenchOptions {
   bool all_sizes = false;
   bool check = false;
   bool markdown = false;
-  bool progress = true;
+  bool no_progress = false;
   bool matched_copy = false;
   std::string svg;
   TimingOptions timing;
@@ -218,7 +218,7 @@ int execute(BenchOptions& options) {
 
   bool all_ok = true;
   std::vector<CaseReport> reports;
-  Progress progress(static_cast<int>(plan.size()), options.progress);
+  Progress progress(static_cast<int>(plan.size()), !options.no_progress);
   for (size_t i = 0; i < plan.size(); ++i) {
     const Planned& p = plan[i];
     progress.begin_case(static_cast<int>(i), p.op->name + " " + dtype_name(p.config.dtype) + " " +
@@ -283,7 +283,7 @@ Command add_bench_command(CLI::App& app) {
   parser->add_option("--svg", options->svg,
                      "also write a bar chart of each case's bandwidth against the copy "
                      "bandwidth to this SVG file");
-  parser->add_flag("!--no-progress", options->progress,
+  parser->add_flag("--no-progress", options->no_progress,
                    "no progress line on stderr (shown once a run takes more than 3 seconds)");
   add_timing_options(parser, &options->timing);
   return {parser, [options]() { return execute(*options); }};

@@ -67,7 +67,14 @@ int execute(const JitOptions& options) {
   const bool on_device = options.arch.empty();
   double context_ms = 0;
   if (on_device) {
-    if (!select_device(options.device, options.json)) return kExitNoGpu;
+    if (!select_device(options.device, options.json)) {
+      if (!options.json) {
+        std::fprintf(stderr,
+                     "cudaops: to compile for a GPU that is not here, name it: --arch sm_XY "
+                     "(e.g. --arch sm_90)\n");
+      }
+      return kExitNoGpu;
+    }
     const auto start = std::chrono::steady_clock::now();
     const cudaError_t error = cudaFree(nullptr);
     context_ms = ms_since(start);

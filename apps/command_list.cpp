@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -32,11 +33,14 @@ Command add_list_command(CLI::App& app) {
               std::printf("%s\n", w.str().c_str());
               return kExitOk;
             }
+            int width = 0;  // the longest name, so that the summaries line up
+            for (const auto& op : ops)
+              width = std::max(width, static_cast<int>(op.name.size()));
             for (const auto& op : ops) {
-              std::printf("%-14s %s\n", op.name.c_str(), op.summary.c_str());
-              std::printf("%-14s   dtypes: %s\n", "", dtype_list(op).c_str());
+              std::printf("%-*s  %s\n", width, op.name.c_str(), op.summary.c_str());
+              std::printf("%-*s    dtypes: %s\n", width, "", dtype_list(op).c_str());
               for (const auto& dim : op.dims) {
-                std::printf("%-14s   --%s: %s (default %lld)\n", "", dim.name.c_str(),
+                std::printf("%-*s    --%s: %s (default %lld)\n", width, "", dim.name.c_str(),
                             dim.help.c_str(), static_cast<long long>(dim.default_value));
               }
             }

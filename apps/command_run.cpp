@@ -44,6 +44,9 @@ int execute(RunOptions& options) {
       throw UsageError{"--" + name + " is not a size of " + op->name};
     }
   }
+  if (op->validate) {
+    if (Status s = op->validate(config); !s.ok()) throw UsageError{s.message()};
+  }
   if (!select_device(options.timing.device, options.timing.json)) return kExitNoGpu;
 
   harness::Stream stream;

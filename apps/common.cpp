@@ -32,7 +32,8 @@ CLI::Validator integer_at_least(long long minimum, const char* description) {
         }
         return std::string();
       },
-      description);
+      // No description: CLI11 would print it after the type in the help ("INT:an integer >= 0").
+      "");
 }
 
 }  // namespace
@@ -78,8 +79,10 @@ std::string dtype_list(const harness::OpDescriptor& op) {
 
 DType dtype_for_op(const harness::OpDescriptor& op, const std::string& text) {
   DType dtype;
-  const Status status = parse_dtype(text, &dtype);
-  if (!status.ok()) throw UsageError{"--dtype: " + status.message()};
+  if (!parse_dtype(text, &dtype).ok()) {
+    throw UsageError{"--dtype: unknown dtype '" + text + "'; " + op.name + " takes " +
+                     dtype_list(op)};
+  }
   for (DType supported : op.dtypes) {
     if (supported == dtype) return dtype;
   }

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "commands.h"
@@ -16,11 +17,28 @@ int main(int argc, char** argv) {
   const std::vector<Command> commands = {add_list_command(app), add_run_command(app),
                                          add_bench_command(app), add_info_command(app),
                                          add_jit_command(app)};
+  // A first word that is no command and no option: say so (CLI11 would only say that a command
+  // is required).
+  std::string names;
+  bool known = false;
+  for (const Command& command : commands) {
+    names += (names.empty() ? "" : ", ") + command.parser->get_name();
+    known = known || (argc > 1 && command.parser->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr,
+                 "cudaops: unknown command '%s'; the commands are %s\nRun with --help for more "
+                 "information.\n",
+                 argv[1], names.c_str());
+    return kExitUsage;
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+    std::fprintf(stderr, "cudaops: %s\nRun with --help for more information.\n", e.what());
+    return kExitUsage;
   }
   try {
     for (const Command& command : commands) {

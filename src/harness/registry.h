@@ -64,6 +64,9 @@ struct OpDescriptor {
   std::vector<Dims> bench_shapes;     ///< the sweep of the Google Benchmark targets
   std::vector<Dims> headline_shapes;  ///< the standard sizes of `cudaops bench`
   std::function<Status(const CaseConfig&, std::unique_ptr<OpCase>*)> make_case;
+  /// Checks a case's sizes as the op does, with no device (empty: nothing to check beyond the
+  /// sizes being >= 0), so that a wrong size is a usage error before a GPU is looked for.
+  std::function<Status(const CaseConfig&)> validate;
 };
 
 /// Adds a descriptor; returns true so that it can initialise a static. A second descriptor with

@@ -213,6 +213,20 @@ OpDescriptor kmeans_descriptor() {
   op.bench_shapes = {shape(512, 8192, 128, 512, 1), shape(32, 131072, 128, 1024, 0),
                      shape(8, 32768, 128, 1024, 0), shape(32, 1024, 128, 64, 1)};
   op.headline_shapes = op.bench_shapes;
+  op.validate = [](const CaseConfig& config) {
+    KmeansPoints points;
+    points.dtype = config.dtype;
+    points.batch = dim_value(config.dims, "batch");
+    points.n = dim_value(config.dims, "n");
+    points.d = dim_value(config.dims, "d");
+    const int64_t per16 = 16 / std::max<int64_t>(dtype_size(config.dtype), 1);
+    points.ld = (points.d + per16 - 1) / per16 * per16;
+    KmeansParams params;
+    params.n_clusters = dim_value(config.dims, "k");
+    params.n_iters = static_cast<int>(dim_value(config.dims, "n_iters", 10));
+    size_t bytes = 0;
+    return kmeans_workspace_size(points, params, &bytes);
+  };
   op.make_case = [](const CaseConfig& config, std::unique_ptr<OpCase>* out) {
     auto c = std::make_unique<KmeansCase>(config);
     Status status = c->prepare();

@@ -101,6 +101,11 @@ OpDescriptor topk_descriptor() {
                      shape(1, 1 << 24, 1024), shape(16384, 1024, 8),  shape(4096, 32768, 2048)};
   op.headline_shapes = {shape(64, 65536, 64), shape(64, 65536, 1024), shape(1024, 4096, 32),
                         shape(1, 1 << 24, 1024)};
+  op.validate = [](const CaseConfig& config) {
+    size_t bytes = 0;
+    return topk_workspace_size(dim_value(config.dims, "rows"), dim_value(config.dims, "cols"),
+                               dim_value(config.dims, "k"), config.dtype, &bytes);
+  };
   op.make_case = [](const CaseConfig& config, std::unique_ptr<OpCase>* out) {
     auto c = std::make_unique<TopkCase>(config);
     Status status = c->prepare();
