@@ -12,9 +12,9 @@
 namespace cudaops::detail::rowwise {
 namespace {
 
-// Blocks per SM of the unsplit cached backward kernel's persistent grid. On an H100 (bf16,
-// rms_norm_backward / layer_norm_backward at 32768 x 4096) 2 blocks measured 95.0% / 89.4% of copy,
-// against 81.4% / 77.8% with all that fit (4 and 3 blocks of 128 threads).
+// Blocks per SM of the unsplit cached backward kernel's persistent grid: fewer than fit, so that
+// the rows each block asks L2 for are still there when it loads them (docs/tuning/norms.md,
+// "Backward grid").
 constexpr int kBackwardBlocksPerSm = 2;
 
 // kSplit: the blocks of a cluster share each row (row_walk); a cluster is then one unit.
@@ -45,12 +45,9 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
   RowReducer<kThreads, kSplit, 1, K> reduce{scratch, &exchange, walk.rank, walk.parts};
   if constexpr (kSplit) exchange.begin(walk.parts);
   for (int64_t row = walk.first; row < a.rows; row += walk.step, reduce.next_row()) {
-    // Where the row's mean and rstd are asked for, and the next row's index taken, measured
-    // (bf16, % of copy on an H100): the split kernels and the unsplit layer norm take the index
-    // first and ask before the prefetch (split rms_norm_backward: 136 registers rather than
-    // 162, 92.8% rather than 87.1% at 4096 x 32768; unsplit layer_norm_backward: 91.6% rather
-    // than 88.4% at 65536 x 1024); the unsplit rms_norm_backward asks after it (94.8% rather
-    // than 89.5% at 32768 x 4096, 91.2% rather than 85.4% at 65536 x 1024).
+    // Where the row's mean and rstd are asked for, and the next row's index taken: the split
+    // kernels and the unsplit layer norm take the index first and ask before the prefetch; the
+    // unsplit rms_norm_backward asks after it (docs/tuning/norms.md, "Backward statistics").
     constexpr bool kStatsFirst = kSplit || kLayer;
     TileT tdy, tx, tw;
     float mean = 0.0f;
@@ -168,19 +165,9 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
 // (long_backward_smem), every thread only its own chunks, so no barrier is taken; each block
 // asks L2 for its part of the cluster's next row, so that the memory keeps streaming while the
 // cluster reduces. Blocks of 256 threads, or of 512 where a part has more than four chunks per
-// thread of 256. On an H100 (bf16, % of copy, layer_norm_backward / rms_norm_backward; the
-// second pass from L2):
-//                     256 threads    512 threads   256 without the prefetch
-//   512 x 131072      43.5 / 52.8    39.2 / 46.1   35.7 / 41.2
-//   256 x 262144      30.3 / 34.3    38.7 / 44.8   23.4 / 38.4
-// against 7.8 / 14.2 for the streamed kernel, which takes longer rows. Holding the part in
-// registers took these to 56.1 / 67.2 (512 x 131072) and 49.3 / 59.3 (256 x 262144), and float32
-// at 256 x 131072 from 59.3 / 65.6 to 80.9 / 84.0. Loading the next row into registers instead
-// of asking L2 for it (before the cluster's reduction, or after it) measured slower: 36.7 to 47.3
-// at the 16-bit shapes, or with the L2 request as well, within 3 points of the kernel kept. The
-// kernel is bound by latency (ncu: 8 cycles between a warp's instructions, most waiting on
-// loads); at 262144 columns one block per SM fits its shared memory, and 7 clusters of 16 such
-// blocks fit the device, leaving 20 of its 132 SMs idle.
+// thread of 256. Holding the part in registers for the second pass, and asking L2 for the next
+// row rather than loading it, measured fastest; the kernel is bound by latency
+// (docs/tuning/norms.md, "Long rows, backward").
 constexpr int kLongThreads = 256;
 constexpr int kLongWideThreads = 512;
 // Chunks per thread of the first pass loaded before any is used.
@@ -340,8 +327,8 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads / 2)
         if (u < per_thread) second(u * kThreads + t, d[u], x[u], dxr, mean, rstd, mean_g, mean_gx);
       }
     } else {
-      // One chunk at a time, from L2: two (or eight in the first pass, below kLongBatch's four)
-      // measured no faster, and the layer norm's 16-bit kernels spill with two.
+      // One chunk at a time, from L2: more at once measured no faster, and the layer norm's
+      // 16-bit kernels spill with two.
 #pragma unroll 1
       for (int j = 0; j < per_thread; ++j) {
         const int q = j * kThreads + t;
@@ -462,11 +449,8 @@ constexpr int64_t kBackwardSplitCols =
 
 // The split backward kernel's clusters hold kSplitBlocksPerSmTimes2 / 2 blocks per SM on average:
 // for rms_norm 2.5, fewer than the 3 that fit (136 registers, 128 threads), for the layer norm
-// all 3 that fit (168 registers). On an H100 (bf16, % of copy, one run), with 2.5 / 3 per SM:
-//                    rms_norm_backward   layer_norm_backward
-//   4096 x 32768       93.0 / 92.0          85.4 / 86.0
-//   2048 x 65536       89.7 / 92.1          80.7 / 83.4
-//   8192 x 16384       93.8 / 89.1          87.0 / 87.8
+// all 3 that fit (168 registers), each the faster at most shapes (docs/tuning/norms.md,
+// "Split backward occupancy").
 template <bool kLayer>
 constexpr int kSplitBlocksPerSmTimes2 = kLayer ? 6 : 5;
 

@@ -15,40 +15,11 @@
 namespace cudaops::detail::rowwise {
 namespace {
 
-// The unsplit layer norm's cached shapes that load the weight and the bias into registers
-// before the reduction of the squares (as the split rms_norm does its weight), so that their trip
-// to L1 or L2 overlaps the reduction rather than following it. On an H100, % of copy (bf16 /
-// fp16 / float32, 256 MiB of x) with the parameters loaded after the reduction in 64 registers
-// (as before), and before it in 80 registers (6 blocks of 128 threads per SM) or in the
-// compiler's budget (72 to 128 registers):
-// clang-format off
-//   threads x chunks (cols)   after, 64 registers   before, 6 blocks     before, compiler's
-//   32 x 1  (256 / 128)       85.5 / 86.9 / 93.7    85.5 / 86.5 / 90.3   85.1 / 86.2 / 93.8
-//   32 x 2  (512 / 256)       94.9 / 96.1 / 96.7    88.8 / 89.9 / 95.1   97.0 / 97.0 / 96.7
-//   32 x 4  (1024 / 512)      96.1 / 96.3 / 96.2    96.8 / 96.7 / 96.9   95.9 / 97.3 / 96.7
-//   128 x 2 (2048 / 1024)     90.7 / 92.0 / 94.3    83.7 / 85.8 / 90.2   90.6 / 91.8 / 93.6
-//   128 x 4 (4096 / 2048)     96.6 / 96.5 / 96.6    97.3 / 97.5 / 97.4   92.9 / 95.0 / 96.5
-//   256 x 4 (8192 / 4096)     96.8 / 96.9 / 96.8    95.0 / 96.6 / 97.8   77.6 / 80.0 / 84.4
-// clang-format on
-// Each shape takes the column best in bf16, the first where they tie.
-//
-// The unsplit rms_norm loads its weight early in the shapes of four chunks per thread and in one
-// warp of two, in a budget of 6 blocks of 128 threads per SM (64 to 80 registers). On an H100
-// (bf16, % of copy, two runs each; x of 128 MiB, 256 at 4096 columns, 64 at 2048): the weight
-// after the reduction in the compiler's budget (as before), before it in the compiler's budget,
-// before it at 6 and at 8 blocks per SM:
-// clang-format off
-//   threads x chunks (cols)   after       before      before, 6    before, 8
-//   32 x 1  (256)             93.5 93.4   93.5 93.7   93.5 93.6   93.7 93.7
-//   32 x 2  (512)             93.9 93.9   93.7 93.8   94.5 94.5   94.6 94.4
-//   32 x 4  (1024)            93.2 93.3   93.6 93.6   93.9 93.7   93.4 93.8
-//   128 x 2 (2048)            90.4 90.5   90.3 89.7   89.8 89.8   90.1 89.4
-//   128 x 4 (4096)            96.8 96.8   97.1 97.3   97.6 97.6   97.1 97.1
-//   256 x 4 (8192)            93.6 93.5   94.0 94.2   94.5 94.5   94.0 94.2
-// clang-format on
-// fused_add_rms_norm, with twice the bytes per row to hide the load, measured the same (within
-// 0.2) in every variant, and keeps its weight after the reduction.
-// float32 rms_norm (N = 4) was not measured so, and keeps its weight after the reduction.
+// The unsplit cached shapes that load the parameters into registers before the reduction of the
+// squares (kEarlyParams: the layer norm's weight and bias, rms_norm's weight), so that their trip
+// to L1 or L2 overlaps the reduction rather than following it: the shapes where that measured
+// faster in bf16 (docs/tuning/norms.md, "Parameters loaded early"). fused_add_rms_norm, with
+// twice the bytes per row to hide the load, and float32 rms_norm load the weight after it.
 template <Norm kNorm, int kThreads, int kVecs, int N, bool kSplit>
 inline constexpr bool kEarlyParams =
     !kSplit &&
@@ -57,12 +28,9 @@ inline constexpr bool kEarlyParams =
      (kNorm == Norm::kRms && N == 8 && (kVecs == 4 || (kVecs == 2 && kThreads == kWarp))));
 
 // Blocks per SM that the unsplit norms' register budget is set for; 0 leaves the budget to the
-// compiler. The layer norm with its parameters loaded after the reduction takes 64 registers per
-// thread: the compiler's budget (78 to 96 registers) left room for 5 or 6 blocks of 128 threads,
-// too few rows in flight to cover the memory latency: 85.5% of copy at 32768 x 4096 bf16 on an
-// H100, against 96.6% with the cap. With the parameters loaded before it, see kEarlyParams.
-// rms_norm and fused_add_rms_norm with their weight loaded after it measured no faster with a cap
-// (fused: slower). A minimum of 1, for them, made the compiler take 95 rather than 62 registers.
+// compiler. The layer norm with its parameters loaded after the reduction is held to 64 registers:
+// the compiler's budget left too few rows in flight to cover the memory latency. rms_norm and
+// fused_add_rms_norm take no cap (docs/tuning/norms.md, "Register budgets").
 template <Norm kNorm, int kThreads, int kVecs, int N, bool kSplit>
 constexpr int norm_min_blocks() {
   if constexpr (kEarlyParams<kNorm, kThreads, kVecs, N, kSplit>) {
@@ -80,15 +48,7 @@ constexpr int kParamGroup = 2;
 
 // Rows each cluster of the split layer norm takes, one after another: its weight and bias
 // copied once serve them all, where more rows per cluster leave the device less room to even
-// out the clusters' pace. On an H100, % of copy (bf16 / fp16) by rows per cluster:
-// clang-format off
-//                    1            2            3            4            8        persistent
-//   4096 x 32768  89.5 / 93.0  94.5 / 95.9  94.4 / 95.6  92.7 / 94.6  91.1 / 92.8  86.1 / 83.9
-//   2048 x 65536       -       89.2 / 93.6  92.3 / 95.0       -            -       85.6 / 88.6
-//   6144 x 24576    - / -      95.9 / -     95.3 / -          -            -       88.4 / -
-// clang-format on
-// The persistent grid (one cluster per place on the device, each walking its rows) measured
-// the same loss for rms_norm: 90.1% against 97.3% with a cluster per row.
+// out the clusters' pace (docs/tuning/norms.md, "Rows per cluster").
 constexpr int kLayerRowsPerCluster = 3;
 
 /// The sum of acc's values, added pairwise.
@@ -107,16 +67,9 @@ __device__ __forceinline__ float pairwise_sum(float (&acc)[K]) {
 // The layer norm's reductions of a thread's elements (its sum and its squares) keep N sums, one
 // per element of a chunk, taken down the chunks and added pairwise at the end: a chain of
 // kVecs + log2(N) dependent adds where one running sum is a chain of kVecs * N, so that the row's
-// reduction, which the row's stores wait for, ends sooner. On an H100 (bf16, % of copy, runs of
-// 20 calls / one call), against one running sum:
-//   4096 x 32768 (split)   95.6 -> 96.7 / 94.4 -> 95.5
-//   8192 x 16384 (split)   96.5 -> 97.2 / 95.2 -> 95.8
-//   65536 x 1024           96.7 -> 97.1 / 93.8 -> 94.2
-// and within 0.3 at 32768 x 4096, 131072 x 512, 16384 x 2048, 8192 x 8192 and float32. rms_norm's
-// squares so measured the same within 0.2 at four shapes and took up to 22 more registers in its
-// split kernels: they keep one running sum. Each thread's own mean and M2, merged across the warp
-// (Chan) in place of the warp's two reductions, lost: 97.0 -> 94.1 at 131072 x 512, 88.1 -> 85.5
-// at 16384 x 2048, 99.4 -> 98.9 at 32768 x 4096.
+// reduction, which the row's stores wait for, ends sooner. rms_norm's squares keep one running
+// sum: N sums measured no faster there and took more registers (docs/tuning/norms.md, "Pairwise
+// sums").
 
 /// The sum of the squared deviations from `center` of the thread's elements of a tile of a row
 /// (or part) of `cols` columns: whole chunks, then the one chunk that straddles the row's end (if
@@ -173,9 +126,8 @@ __device__ __forceinline__ float tile_sum(const Tile<T, kThreads, kVecs, N>& til
 //
 // The split layer norm's blocks copy their part of the weight and the bias into shared memory
 // once (cp.async, no registers held), and take kLayerRowsPerCluster rows each, each row's x
-// copied in (kStaged) while the row before is reduced. Fetching both parameters from L2 for every
-// row, after the exchange, measured 77.4% of copy (bf16, 4096 x 32768, H100); holding them in
-// registers at 6 blocks per SM 86.9%; in shared memory on a persistent grid 87.5-90.8%.
+// copied in (kStaged) while the row before is reduced: the parameters then cost no trip to L2
+// per row and no registers (docs/tuning/norms.md, "Split layer norm's parameters").
 template <Norm kNorm, typename T, int kThreads, int kVecs, int N, bool kSplit>
 __global__ void __launch_bounds__(kBlockThreads<kThreads>,
                                   (kNormMinBlocks<kNorm, kThreads, kVecs, N, kSplit>))
@@ -185,11 +137,8 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
   // (about the warp's own mean) combined into the row's mean and M2 (RowReducer::moments).
   constexpr int W = kNorm == Norm::kLayer ? 2 : 1;
   // The split rms_norm loads its weight before the reduction, so that the trip to L2 overlaps
-  // the exchange rather than following it (bf16, 4096 x 32768, H100: 97.5% of copy against
-  // 92.9%). fused_add_rms_norm, with twice the bytes per row to hide it, measured no faster.
-  // The split layer norm with both parameters so (one row per cluster) measured 74.0 to 79.0%
-  // against 94.4% for kHeldParams. Some of the unsplit layer norm's shapes load them early too
-  // (kEarlyParams), as do some of the unsplit rms_norm's.
+  // the exchange rather than following it; the split layer norm holds both parameters in shared
+  // memory instead (kHeldParams). Some of the unsplit shapes load them early too (kEarlyParams).
   constexpr bool kEarlyWeight =
       (kSplit && kNorm == Norm::kRms) || kEarlyParams<kNorm, kThreads, kVecs, N, kSplit>;
   constexpr bool kHeldParams = kSplit && kNorm == Norm::kLayer;
@@ -236,11 +185,8 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
         tile.load(a.x + row * a.x_stride + walk.offset, cols, t, zero);
       }
       // The early parameters' loads follow the row's at once (kIssueWithRow), so that their trip
-      // overlaps the row's own, not only the reduction. On an H100 (bf16, % of the 1 GiB copy,
-      // 128 MiB of x): rms_norm 93.7 -> 94.6 at 65536 x 1024, 94.4 -> 95.1 at 16384 x 4096,
-      // 95.0 -> 95.8 at 8192 x 8192 and 94.8 -> 95.4 split (2048 x 32768); layer_norm 93.0 -> 94.1
-      // at 65536 x 1024 and 93.3 -> 94.6 at 16384 x 4096. The layer norm of one warp with two
-      // chunks lost (92.5 -> 91.6 at 131072 x 512), and loads them after the squares, as before.
+      // overlaps the row's own, not only the reduction; the layer norm of one warp with two
+      // chunks loads them after the squares (docs/tuning/norms.md, "Parameters with the row").
       constexpr bool kIssueWithRow = kEarlyWeight && !(kNorm == Norm::kLayer && kVecs == 2);
       [[maybe_unused]] TileT early_weight, early_bias;
       if constexpr (kIssueWithRow) early_weight.load(weight, cols, t, zero);
@@ -330,22 +276,9 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>,
   };
   // Rows (or parts) that fill the tile take, where kConstLoop, a copy of the loop in which the
   // part's columns are a constant (with_part_cols), so that none of the checks against the row's
-  // end (each chunk's loads, squares, copies and stores) is left in it. On an H100 (% of copy, runs
-  // of 20 calls / one call; the whole rows' figures from one build, each loop taken in alternate
-  // runs):
-  // - The split layer norm's parts (every part of a row that splits evenly), with the combine of
-  //   the warps' means (combine_split_moments), bf16: 96.9 -> 97.8 at 4096 x 32768, 97.4 -> 98.0
-  //   at 8192 x 16384 and 96.4 -> 98.0 at 2048 x 65536 (runs of 20).
-  // - The whole-row layer norm of one or two chunks: bf16 87.7 -> 93.1 / 82.9 -> 87.6 at
-  //   16384 x 2048, 95.0 -> 97.5 / 91.6 -> 94.0 at 131072 x 512, 84.4 -> 91.7 / 82.0 -> 88.9 at
-  //   262144 x 256; fp16 89.4 -> 93.0 at 16384 x 2048; float32 96.0 -> 98.7 / 94.3 -> 96.8 at
-  //   65536 x 1024. Its kernels of four chunks spilled with the copy (52 to 112 bytes for the
-  //   16-bit kernels of 32 and 128 threads, 16 for 256) and keep the one loop.
-  // - The whole-row rms_norm of one chunk: bf16 95.9 -> 97.9 / 92.7 -> 94.5 at 262144 x 256; of
-  //   four, the same in runs of 20 and 0.1 to 0.4 ahead in one call (bf16 65536 x 1024, float32
-  //   32768 x 2048). Its kernels of two chunks measured no faster (bf16 16384 x 2048:
-  //   95.5 -> 95.5 / 90.0 -> 89.4; 131072 x 512: 98.1 -> 97.9) and keep the one loop, as does
-  //   fused_add_rms_norm, the same within 0.2 at 7 shapes.
+  // end (each chunk's loads, squares, copies and stores) is left in it: the split layer norm's
+  // parts, the whole-row layer norm of one or two chunks (four spill with the copy) and the
+  // whole-row rms_norm of one or four chunks (docs/tuning/norms.md, "Loop copies").
   constexpr bool kConstLoop =
       kSplit ? kNorm == Norm::kLayer
              : (kNorm == Norm::kLayer && kVecs <= 2) || (kNorm == Norm::kRms && kVecs != 2);
@@ -444,10 +377,8 @@ __global__ void __launch_bounds__(kThreads* G, 1024 / (kThreads * G))
 // Each pass takes kU chunks per thread at a time, their loads all issued before any is used.
 //
 // kU = 4 serves only the float32 layer norm whose cached row leaves room for one block per SM
-// (kBatchedLayer): on an H100 it measured 86.0% of copy against 67.0% with kU = 1 at
-// 4096 x 32768, and 79.2% against 64.5% at 2048 x 49152. Elsewhere it measured slower: with
-// room for two blocks per SM its registers leave one (66.1% against 94.1%, float32 layer norm at
-// 8192 x 20480), and 16-bit rows, rms_norm and softmax lost 2 to 50 points.
+// (kBatchedLayer); with room for two blocks its registers would leave one, and 16-bit rows,
+// rms_norm and softmax measured slower with it (docs/tuning/norms.md, "Streamed chunks").
 template <Norm kNorm, typename T>
 inline constexpr bool kBatchedLayer = kNorm == Norm::kLayer && sizeof(T) == 4;
 
@@ -578,8 +509,8 @@ __global__ void __launch_bounds__(1024) norm_streamed(NormArgs<T> a, bool cached
 // norm_cached over registers; the weight is held in registers across the rows, the bias read per
 // row. Each of the block's reductions takes one block barrier (alternating scratch), and the
 // first one also tells thread 0 that every thread has its row out of the stage, which then goes
-// back to the pipeline. (rms_norm and fused_add_rms_norm measured no faster this way than
-// streamed, see bench/RESULTS.md, so they keep norm_streamed.)
+// back to the pipeline. rms_norm and fused_add_rms_norm keep norm_streamed, which measured as
+// fast.
 template <typename T>
 __global__ void __launch_bounds__(kPipeThreads)
     layer_norm_pipelined(NormArgs<T> a, PipeParams params) {
@@ -686,24 +617,14 @@ Status launch_layer_split_rows(const char* op, const NormArgs<T>& a, cudaStream_
 
 // The ladder's traits of the norms' forward passes (row_ladder.cuh).
 //
-// Rows of more than 32 KiB (any row too long to be cached, in the layer norm) split over
-// clusters (row_exchange.cuh), before the pipelined layer norm. On an H100 the split layer norm
-// measured 94.1% of copy at 4096 x 32768 bf16, against 85.5% pipelined; in float32 97.1% at
-// 4096 x 32768 and 97.6% at 8192 x 16384, against 85.0% and 92.2% for the pipelined and
-// streamed kernels.
+// The ladder's traits of the norms' forward passes (row_ladder.cuh).
 //
-// The layer norm splits every aligned row too long for its cached kernels: float32 rows of
-// up to kMaxSplit parts two at once per cluster (layer_norm_split_rows), others as
-// launch_if_split does. On an H100 (% of copy, runs of 20 calls; before: the pipelined kernel, or
-// for float32 8192 x 16384 the split kernel of one row at a time):
-// clang-format off
-//   bf16 8192 x 16384    76.9 -> 94.8      float32 16384 x 8192    83.2 -> 99.3
-//   bf16 16384 x 12288   88.1 -> 95.6      float32 16384 x 6144    91.2 -> 98.8
-//   bf16 16384 x 10240   86.5 -> 96.5      float32 8192 x 16384    96.4 -> 97.4
-//   fp16 8192 x 16384    77.1 -> 94.4
-// clang-format on
-// Two 16-bit rows at once measured slower than rows in turn: 89.2 against 95.0 at bf16
-// 4096 x 32768, 91.0 against 94.8 at 8192 x 16384; four rows at once slower still.
+// Rows of more than 32 KiB (any row too long to be cached, in the layer norm) split over
+// clusters (row_exchange.cuh) before the pipelined layer norm is tried: the split kernels keep
+// each row's pass over memory single. The layer norm splits every aligned row too long for its
+// cached kernels: float32 rows of up to kMaxSplit parts two at once per cluster
+// (layer_norm_split_rows), others one at a time as launch_if_split does (two 16-bit rows at once
+// measured slower). docs/tuning/norms.md, "Split rows", has the figures.
 template <Norm kNorm, typename T>
 struct NormRows : RowOpDefaults {
   using Type = T;
