@@ -87,10 +87,10 @@ struct KmeansResult {
   /// entry (in the same dtype).
   void* centroids = nullptr;
   DType centroid_dtype = DType::kFloat32;  ///< float32, or the points' dtype
-  int32_t* labels = nullptr;    ///< [batch, n] (with offsets: one per row of the matrix)
-  int32_t* sizes = nullptr;     ///< [batch, n_clusters] points per cluster
-  float* objective = nullptr;   ///< [batch] sum of the points' distances to their centroids
-  float* means = nullptr;       ///< [batch, d] the means subtracted (with `center`), float32
+  int32_t* labels = nullptr;               ///< [batch, n] (with offsets: one per row of the matrix)
+  int32_t* sizes = nullptr;                ///< [batch, n_clusters] points per cluster
+  float* objective = nullptr;  ///< [batch] sum of the points' distances to their centroids
+  float* means = nullptr;      ///< [batch, d] the means subtracted (with `center`), float32
 };
 
 /// Bytes of workspace kmeans needs for these points and parameters (no device needed).
@@ -105,7 +105,7 @@ CUDAOPS_EXPORT Status kmeans(const KmeansPoints& points, const KmeansParams& par
 
 /// Centroids to assign points to, as kmeans returns them.
 struct KmeansCentroids {
-  const void* data = nullptr;  ///< device, [batch, n_clusters, d]
+  const void* data = nullptr;     ///< device, [batch, n_clusters, d]
   DType dtype = DType::kFloat32;  ///< float32 or the points' dtype
   int64_t n_clusters = 0;
   const float* means = nullptr;  ///< [batch, d] subtracted from the points first, or null
@@ -121,7 +121,6 @@ CUDAOPS_EXPORT Status kmeans_assign_workspace_size(const KmeansPoints& points,
 /// them. Cosine centroids are used as given (kmeans returns them at unit length).
 CUDAOPS_EXPORT Status kmeans_assign(const KmeansPoints& points, const KmeansCentroids& centroids,
                                     KmeansMetric metric, int32_t* d_labels, float* d_distances,
-                                    void* d_workspace, size_t workspace_bytes,
-                                    cudaStream_t stream);
+                                    void* d_workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace cudaops

@@ -13,7 +13,8 @@ bool cuda_device_usable(std::string* why) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
-    if (why) *why = std::string(cuda_error_description(error)) + " (" + cudaGetErrorName(error) + ")";
+    if (why)
+      *why = std::string(cuda_error_description(error)) + " (" + cudaGetErrorName(error) + ")";
     cudaGetLastError();
     return false;
   }

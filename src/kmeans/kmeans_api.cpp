@@ -45,8 +45,7 @@ struct Builder {
 }  // namespace
 
 Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, bool fit,
-                   bool center, bool random_init, bool own_centroids, bool want_distances) {
-  (void)want_distances;
+                   bool center, bool random_init, bool own_centroids, bool farthest) {
   Layout l;
   l.batch = batch;
   l.n = n;
@@ -62,7 +61,7 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
     return l;
   }
   if (center) l.means = b.add(bd, 4);
-  l.point_w = b.add(bn, 4);
+  if (fit && farthest) l.point_w = b.add(bn, 4);
   if (fit && !own_centroids) l.centroids = b.add(bkd, 4);
   l.operand = b.add(bkp, element);
   l.bias = b.add(bk, 4);
@@ -122,7 +121,6 @@ Status check_points(const char* op, KmeansPoints* p, bool query = false) {
          << " bytes) must be a multiple of 16 bytes";
     return Status(StatusCode::kMisaligned, text.str());
   }
-  int64_t span = 0;
   if (p->offsets == nullptr) {
     if (p->batch_stride == 0 && !mul(p->n, p->ld, &p->batch_stride)) {
       return invalid(op, "points.n * points.ld overflows int64");
@@ -143,9 +141,7 @@ Status check_points(const char* op, KmeansPoints* p, bool query = false) {
          last > std::numeric_limits<int64_t>::max() / 4 - rows)) {
       return invalid(op, "the points' extent overflows int64");
     }
-    span = last + rows;
   }
-  (void)span;
   int64_t work = 0;
   if (!mul(p->batch, p->n, &work)) return invalid(op, "points.batch * points.n overflows int64");
   if (query) return Status();  // a size query needs no memory
@@ -275,7 +271,8 @@ constexpr const char* kAssign = "kmeans_assign";
 
 Layout fit_layout(const KmeansPoints& p, const KmeansParams& params, DType centroid_dtype) {
   return make_layout(p.batch, p.n, p.d, params.n_clusters, p.dtype, true, params.center,
-                     params.init == KmeansInit::kRandom, centroid_dtype == DType::kFloat32, false);
+                     params.init == KmeansInit::kRandom, centroid_dtype == DType::kFloat32,
+                     params.empty == KmeansEmpty::kFarthest);
 }
 
 }  // namespace
@@ -370,7 +367,7 @@ Status kmeans_assign_workspace_size(const KmeansPoints& points, const KmeansCent
     return detail::kmeans::invalid(kQuery, "centroids.n_clusters must be >= 1");
   }
   const Layout layout = make_layout(p.batch, p.n, p.d, centroids.n_clusters, p.dtype, false, false,
-                                    false, true, true);
+                                    false, true, false);
   if (layout.bytes == std::numeric_limits<size_t>::max()) {
     return detail::kmeans::invalid(kQuery, "the workspace size overflows");
   }
@@ -393,7 +390,8 @@ Status kmeans_assign(const KmeansPoints& points, const KmeansCentroids& centroid
          << ")";
     return Status(StatusCode::kUnsupportedDtype, text.str());
   }
-  const Layout layout = make_layout(p.batch, p.n, p.d, k, p.dtype, false, false, false, true, true);
+  const Layout layout =
+      make_layout(p.batch, p.n, p.d, k, p.dtype, false, false, false, true, false);
   if (layout.bytes == std::numeric_limits<size_t>::max()) {
     return detail::kmeans::invalid(kAssign, "the problem's sizes overflow");
   }

@@ -50,7 +50,7 @@ struct Piece {
 struct Layout {
   int64_t batch = 0, n = 0, d = 0, k = 0, d_pad = 0;
   Piece means;      // [batch, d] float32 (center)
-  Piece point_w;    // [batch, n] float32: cosine 1 / |y_i|, L2 |y_i|^2
+  Piece point_w;    // [batch, n] float32: cosine 1 / |y_i|, L2 |y_i|^2 (kFarthest)
   Piece centroids;  // [batch, k, d] float32 (when the result's are not float32)
   Piece operand;    // [batch, k, d_pad] in the points' dtype (float32: TF32-rounded)
   Piece bias;       // [batch, k] float32
@@ -64,10 +64,10 @@ struct Layout {
   size_t bytes = 0;
 };
 
-/// The layout for a kmeans call (fit = true) or a kmeans_assign call (fit = false; means and
-/// point weights only where asked).
+/// The layout for a kmeans call (fit = true) or a kmeans_assign call (fit = false): means with
+/// center, the points' weights only for KmeansEmpty::kFarthest (its re-seeding reads them).
 Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, bool fit,
-                   bool center, bool random_init, bool own_centroids, bool want_distances);
+                   bool center, bool random_init, bool own_centroids, bool farthest);
 
 /// What the typed launches need (every size checked, pointers into the workspace resolved).
 struct Call {
@@ -90,6 +90,11 @@ struct Call {
   int32_t* rows = nullptr;
   uint32_t* bitmap = nullptr;
 };
+
+/// The assignment of call's points to its operand's centroids: labels and scores (and point
+/// weights where call.point_w is set), for points of T (kmeans_assign_<dtype>.cu).
+template <typename T>
+Status launch_assign(const Call& call, cudaStream_t stream);
 
 /// kmeans for points of T (T = float, __half or __nv_bfloat16).
 template <typename T>

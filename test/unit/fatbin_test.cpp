@@ -84,9 +84,11 @@ TEST(ReadFatbins, TheLibraryCarriesCodeForEveryFamily) {
   // Kernel names are in the cubins' symbol tables (when not compressed): each family's kernel
   // template lies in the fat binary of each translation unit that instantiates it (one per dtype
   // for the norms and top-k).
-  const std::pair<const char*, size_t> families[] = {
-      {"elementwise_vec_kernel", 1}, {"softmax_streamed", 1},   {"norm_streamed", 3},
-      {"reduce_partials_kernel", 1}, {"topk_values_kernel", 3}};
+  const std::pair<const char*, size_t> families[] = {{"elementwise_vec_kernel", 1},
+                                                     {"softmax_streamed", 1},
+                                                     {"norm_streamed", 3},
+                                                     {"reduce_partials_kernel", 1},
+                                                     {"topk_values_kernel", 3}};
   for (const auto& [name, units] : families) {
     EXPECT_EQ(fatbins_holding(c, name).size(), units) << name;
   }

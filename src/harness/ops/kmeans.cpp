@@ -21,34 +21,44 @@
 namespace cudaops::harness {
 namespace {
 
+/// The case's points (data not set: a size query needs none), rows padded to 16 bytes.
+KmeansPoints points_of(const CaseConfig& config) {
+  KmeansPoints points;
+  points.dtype = config.dtype;
+  points.batch = dim_value(config.dims, "batch");
+  points.n = dim_value(config.dims, "n");
+  points.d = dim_value(config.dims, "d");
+  const int64_t per16 = 16 / std::max<int64_t>(dtype_size(config.dtype), 1);
+  points.ld = (points.d + per16 - 1) / per16 * per16;
+  return points;
+}
+
+KmeansParams params_of(const CaseConfig& config) {
+  KmeansParams params;
+  params.n_clusters = dim_value(config.dims, "k");
+  params.n_iters = static_cast<int>(dim_value(config.dims, "n_iters", 10));
+  params.metric =
+      dim_value(config.dims, "cosine", 0) != 0 ? KmeansMetric::kCosine : KmeansMetric::kL2;
+  params.center = dim_value(config.dims, "center", 0) != 0;
+  return params;
+}
+
 class KmeansCase : public OpCase {
  public:
   explicit KmeansCase(const CaseConfig& config) : config_(config) {}
 
   Status prepare() {
-    const int64_t batch = dim_value(config_.dims, "batch");
-    const int64_t n = dim_value(config_.dims, "n");
-    const int64_t d = dim_value(config_.dims, "d");
-    params_.n_clusters = dim_value(config_.dims, "k");
-    params_.n_iters = static_cast<int>(dim_value(config_.dims, "n_iters", 10));
-    params_.metric =
-        dim_value(config_.dims, "cosine", 0) != 0 ? KmeansMetric::kCosine : KmeansMetric::kL2;
-    params_.center = dim_value(config_.dims, "center", 0) != 0;
+    points_ = points_of(config_);
+    params_ = params_of(config_);
+    const int64_t batch = points_.batch, n = points_.n, d = points_.d;
     if (batch < 0 || n < 0 || d < 1) {
       return Status(StatusCode::kInvalidArgument, "kmeans: batch, n must be >= 0 and d >= 1");
     }
-    const int64_t per16 = 16 / dtype_size(config_.dtype);
     layout_.batch = batch;
     layout_.n = n;
     layout_.d = d;
-    layout_.ld = (d + per16 - 1) / per16 * per16;
+    layout_.ld = points_.ld;
     layout_.batch_stride = n * layout_.ld;
-    points_.data = nullptr;
-    points_.dtype = config_.dtype;
-    points_.batch = batch;
-    points_.n = n;
-    points_.d = d;
-    points_.ld = layout_.ld;
     size_t bytes = 0;
     Status status = kmeans_workspace_size(points_, params_, &bytes);
     if (!status.ok()) return status;
@@ -214,18 +224,8 @@ OpDescriptor kmeans_descriptor() {
                      shape(8, 32768, 128, 1024, 0), shape(32, 1024, 128, 64, 1)};
   op.headline_shapes = op.bench_shapes;
   op.validate = [](const CaseConfig& config) {
-    KmeansPoints points;
-    points.dtype = config.dtype;
-    points.batch = dim_value(config.dims, "batch");
-    points.n = dim_value(config.dims, "n");
-    points.d = dim_value(config.dims, "d");
-    const int64_t per16 = 16 / std::max<int64_t>(dtype_size(config.dtype), 1);
-    points.ld = (points.d + per16 - 1) / per16 * per16;
-    KmeansParams params;
-    params.n_clusters = dim_value(config.dims, "k");
-    params.n_iters = static_cast<int>(dim_value(config.dims, "n_iters", 10));
     size_t bytes = 0;
-    return kmeans_workspace_size(points, params, &bytes);
+    return kmeans_workspace_size(points_of(config), params_of(config), &bytes);
   };
   op.make_case = [](const CaseConfig& config, std::unique_ptr<OpCase>* out) {
     auto c = std::make_unique<KmeansCase>(config);

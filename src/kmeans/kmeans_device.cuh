@@ -1,0 +1,172 @@
+#pragma once
+
+// Batched k-means: what its kernels share (included by the translation units of
+// kmeans_kernels.cuh, kmeans_update.cuh and kmeans_assign.cuh): the batch's rows, a row's slice
+// per lane, warp sums and the launch helpers.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/dispatch.cuh"
+#include "core/launch.h"
+#include "core/numeric.cuh"
+#include "kmeans/kmeans_plan.h"
+
+namespace cudaops::detail::kmeans {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFull = 0xffffffffu;
+
+template <typename T>
+__device__ __forceinline__ T operand_value(float v) {
+  if constexpr (std::is_same_v<T, float>) {
+    uint32_t bits;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(v));
+    return __uint_as_float(bits);
+  } else {
+    return from_float<T>(v);
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+/// The rows of the batch's problems.
+template <typename T>
+struct Rows {
+  const T* data;
+  int64_t ld;
+  int64_t batch_stride;
+  int64_t n;  // points per problem, or their bound with offsets
+  const int64_t* offsets;
+
+  /// Problem b's first row and length (at most n).
+  __device__ __forceinline__ void problem(int64_t b, const T** first, int64_t* len) const {
+    if (offsets == nullptr) {
+      *first = data + b * batch_stride;
+      *len = n;
+    } else {
+      const int64_t start = offsets[b];
+      *first = data + start * ld;
+      *len = min(max(offsets[b + 1] - start, int64_t{0}), n);
+    }
+  }
+  /// Whether problem b has more rows than n (an error: its objective is NaN).
+  __device__ __forceinline__ bool too_long(int64_t b) const {
+    return offsets != nullptr && offsets[b + 1] - offsets[b] > n;
+  }
+};
+
+/// Most values of a row each lane holds (d <= 32 * kPerLane).
+constexpr int kPerLane = 16;
+
+/// Values of a row each lane holds: kQ groups of kV consecutive values (kV = 8 bytes' worth), the
+/// group q of lane l at values (l + 32 q) kV; kQ = 1, 2 or 4 for rows of up to 256, 512 or 1024
+/// bytes.
+template <typename T, int kQ_>
+struct RowSlice {
+  static constexpr int kV = 8 / static_cast<int>(sizeof(T));
+  static constexpr int kQ = kQ_;
+  float v[kQ][kV];
+
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+#pragma unroll
+      for (int u = 0; u < kV; ++u)
+        v[q][u] = 0.0f;
+    }
+  }
+  /// Row `row` less `mu` (null: none), values past d zero; 8-byte loads where d allows them.
+  __device__ __forceinline__ void load(const T* row, int d, bool vec, const float* mu, int lane) {
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+      const int e0 = (lane + q * kWarp) * kV;
+      if (vec) {
+        if (e0 < d) {
+          const uint2 w = __ldg(reinterpret_cast<const uint2*>(row + e0));
+          const T* t = reinterpret_cast<const T*>(&w);
+#pragma unroll
+          for (int u = 0; u < kV; ++u)
+            v[q][u] = to_float(t[u]);
+        } else {
+#pragma unroll
+          for (int u = 0; u < kV; ++u)
+            v[q][u] = 0.0f;
+        }
+      } else {
+#pragma unroll
+        for (int u = 0; u < kV; ++u)
+          v[q][u] = e0 + u < d ? to_float(row[e0 + u]) : 0.0f;
+      }
+      if (mu != nullptr) {
+#pragma unroll
+        for (int u = 0; u < kV; ++u)
+          v[q][u] -= e0 + u < d ? __ldg(mu + e0 + u) : 0.0f;
+      }
+    }
+  }
+  __device__ __forceinline__ float dot(const RowSlice& o) const {
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+#pragma unroll
+      for (int u = 0; u < kV; ++u)
+        s = fmaf(v[q][u], o.v[q][u], s);
+    }
+    return s;
+  }
+};
+
+/// kQ for rows of d values of T.
+template <typename T>
+int slice_groups(int64_t d) {
+  const int64_t bytes = d * static_cast<int64_t>(sizeof(T));
+  return bytes <= 256 ? 1 : bytes <= 512 ? 2 : 4;
+}
+
+// ---- host
+// ------------------------------------------------------------------------------------------
+
+inline constexpr const char* kOp = "kmeans";
+
+inline unsigned blocks_for(int64_t items, int64_t per_block) {
+  const int64_t blocks = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 30));
+}
+
+template <typename T>
+Rows<T> rows_of(const KmeansPoints& p) {
+  return Rows<T>{static_cast<const T*>(p.data), p.ld, p.batch_stride, p.n, p.offsets};
+}
+
+/// Whether every row may be read 8 bytes at a time up to d (RowSlice::load).
+template <typename T>
+bool rows_vec(const KmeansPoints& p) {
+  return p.d % RowSlice<T, 1>::kV == 0;
+}
+
+inline Status launched(cudaStream_t stream) {
+  return check_launch(kOp, stream);
+}
+
+/// Opts `kernel` in to `smem` bytes of dynamic shared memory where that passes 48 KiB.
+template <typename Kernel>
+Status allow_smem(Kernel kernel, size_t smem) {
+  if (smem <= 48 * 1024) return Status();
+  const cudaError_t error = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  return error == cudaSuccess ? Status()
+                              : cuda_status(error, kOp, "setting the shared-memory size");
+}
+
+}  // namespace
+}  // namespace cudaops::detail::kmeans

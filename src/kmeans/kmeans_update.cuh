@@ -1,0 +1,324 @@
+#pragma once
+
+// Batched k-means: the update (see kmeans_kernels.cuh): each problem's points grouped by label,
+// each cluster's sum in row order, and empty clusters re-seeded.
+#include <cub/block/block_discontinuity.cuh>
+#include <cub/block/block_radix_sort.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "kmeans/kmeans_device.cuh"
+
+namespace cudaops::detail::kmeans {
+namespace {
+
+// ---- the update --------------------------------------------------------------------------------
+
+struct NotEqual {
+  __device__ __forceinline__ bool operator()(uint32_t a, uint32_t b) const { return a != b; }
+};
+struct Larger {
+  __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+/// Threads and keys per thread of sort_kernel's chunks.
+constexpr int kSortThreads = 1024;
+constexpr int kSortItems = 4;
+
+inline int sort_bits(int64_t k) {  // bits of the keys 0..k (k marks rows past the end)
+  int bits = 1;
+  while ((int64_t{1} << bits) <= k)
+    ++bits;
+  return bits;
+}
+
+/// Each problem's points grouped by label, in row order within a label (a block per problem):
+/// counts and starts per cluster, and perm[start_c ...] the cluster's rows. A stable block radix
+/// sort orders each chunk of kSortThreads * kSortItems rows by label; a cursor per cluster places
+/// the chunk after the chunks before it.
+template <typename T>
+__global__ void __launch_bounds__(kSortThreads)
+    sort_kernel(Rows<T> rows, const int32_t* labels, int64_t k, int bits, int32_t* counts,
+                int32_t* starts, int32_t* perm) {
+  using Sort = cub::BlockRadixSort<uint32_t, kSortThreads, kSortItems, int32_t>;
+  using Scan = cub::BlockScan<int32_t, kSortThreads>;
+  using Heads = cub::BlockDiscontinuity<uint32_t, kSortThreads>;
+  __shared__ union {
+    typename Sort::TempStorage sort;
+    typename Scan::TempStorage scan;
+    typename Heads::TempStorage heads;
+  } storage;
+  extern __shared__ int32_t cursor[];  // k
+  const int64_t b = blockIdx.x;
+  const T* first;
+  int64_t len;
+  rows.problem(b, &first, &len);
+  const int32_t* lab = labels + b * rows.n;
+  for (int64_t c = threadIdx.x; c < k; c += kSortThreads)
+    cursor[c] = 0;
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < len; i += kSortThreads)
+    atomicAdd(cursor + lab[i], 1);
+  __syncthreads();
+  // Starts: an exclusive scan of the counts, kSortThreads clusters at a time.
+  int32_t carry = 0;
+  for (int64_t c0 = 0; c0 < k; c0 += kSortThreads) {
+    const int64_t c = c0 + threadIdx.x;
+    const int32_t count = c < k ? cursor[c] : 0;
+    int32_t start = 0, total = 0;
+    Scan(storage.scan).ExclusiveSum(count, start, total);
+    __syncthreads();
+    if (c < k) {
+      counts[b * k + c] = count;
+      starts[b * k + c] = carry + start;
+      cursor[c] = carry + start;
+    }
+    carry += total;
+  }
+  __syncthreads();
+  int32_t* out = perm + b * rows.n;
+  constexpr int kChunk = kSortThreads * kSortItems;
+  for (int64_t base = 0; base < len; base += kChunk) {
+    uint32_t key[kSortItems];
+    int32_t row[kSortItems];
+#pragma unroll
+    for (int u = 0; u < kSortItems; ++u) {
+      const int64_t i = base + threadIdx.x * kSortItems + u;
+      key[u] = i < len ? static_cast<uint32_t>(lab[i]) : static_cast<uint32_t>(k);
+      row[u] = static_cast<int32_t>(i);
+    }
+    Sort(storage.sort).Sort(key, row, 0, bits);
+    __syncthreads();
+    // Each key's rank in its run of equal keys: its position less the run's first.
+    int head[kSortItems], tail[kSortItems];
+    Heads(storage.heads).FlagHeadsAndTails(head, tail, key, NotEqual());
+    __syncthreads();
+    int first_of_run[kSortItems];
+#pragma unroll
+    for (int u = 0; u < kSortItems; ++u)
+      first_of_run[u] = head[u] ? static_cast<int>(threadIdx.x) * kSortItems + u : 0;
+    Scan(storage.scan).InclusiveScan(first_of_run, first_of_run, Larger());
+#pragma unroll
+    for (int u = 0; u < kSortItems; ++u) {
+      const int position = static_cast<int>(threadIdx.x) * kSortItems + u;
+      if (key[u] < k) out[cursor[key[u]] + (position - first_of_run[u])] = row[u];
+    }
+    __syncthreads();
+    // The last of each run moves its cluster's cursor past the run.
+#pragma unroll
+    for (int u = 0; u < kSortItems; ++u) {
+      const int position = static_cast<int>(threadIdx.x) * kSortItems + u;
+      if (tail[u] && key[u] < k) cursor[key[u]] += position - first_of_run[u] + 1;
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T>
+struct SumArgs {
+  Rows<T> rows;
+  const int32_t* counts;  // [batch, k]
+  const int32_t* starts;  // [batch, k]
+  const int32_t* perm;    // [batch, n]
+  const float* means;     // or null
+  float* centroids;       // [batch, k, d]
+  int64_t k;
+  int64_t items;  // batch * k
+  int d;
+  bool vec;  // rows of d values may be read 8 bytes at a time
+  bool cosine;
+};
+
+constexpr int kSumWarps = 8;
+
+/// New centroids: a warp per cluster adds its points' working rows (y, or y / |y| for cosine) in
+/// row order, and writes their mean (cosine: their sum at unit length). Empty clusters, and
+/// cosine sums of zero, keep their centroid. kBatch rows are loaded before any is added.
+template <typename T, int kQ>
+__global__ void __launch_bounds__(kSumWarps * 32, 3) sum_kernel(SumArgs<T> args) {
+  constexpr int kBatch = kQ == 1 ? 8 : kQ == 2 ? 4 : 2;
+  using Slice = RowSlice<T, kQ>;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kSumWarps + threadIdx.x / kWarp;
+  if (item >= args.items) return;
+  const int64_t b = item / args.k;
+  const int count = args.counts[item];
+  if (count == 0) return;
+  const int start = args.starts[item];
+  const T* first;
+  int64_t len;
+  args.rows.problem(b, &first, &len);
+  const int32_t* perm = args.perm + b * args.rows.n + start;
+  const float* mu = args.means != nullptr ? args.means + b * args.d : nullptr;
+  Slice acc;
+  acc.zero();
+  for (int p0 = 0; p0 < count; p0 += kWarp) {
+    const int mine = p0 + lane < count ? __ldg(perm + p0 + lane) : 0;
+    const int m = min(kWarp, count - p0);
+    for (int j = 0; j < m; j += kBatch) {
+      Slice rowv[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int r = __shfl_sync(kFull, mine, (j + u) % kWarp);
+        if (j + u < m) {
+          rowv[u].load(first + static_cast<int64_t>(r) * args.rows.ld, args.d, args.vec, mu, lane);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (j + u >= m) continue;
+        float scale = 1.0f;
+        if (args.cosine) {
+          const float s = warp_sum(rowv[u].dot(rowv[u]));
+          scale = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
+        }
+#pragma unroll
+        for (int q = 0; q < kQ; ++q) {
+#pragma unroll
+          for (int e = 0; e < Slice::kV; ++e)
+            acc.v[q][e] = fmaf(rowv[u].v[q][e], scale, acc.v[q][e]);
+        }
+      }
+    }
+  }
+  float scale;
+  if (args.cosine) {
+    const float s = warp_sum(acc.dot(acc));
+    if (s <= 0.0f) return;  // a zero sum keeps the centroid
+    scale = 1.0f / sqrtf(s);
+  } else {
+    scale = 1.0f / static_cast<float>(count);
+  }
+  float* out = args.centroids + item * args.d;
+#pragma unroll
+  for (int q = 0; q < kQ; ++q) {
+    const int e0 = (lane + q * kWarp) * Slice::kV;
+#pragma unroll
+    for (int u = 0; u < Slice::kV; ++u) {
+      if (e0 + u < args.d) {
+        out[e0 + u] = args.cosine ? acc.v[q][u] * scale : acc.v[q][u] / static_cast<float>(count);
+      }
+    }
+  }
+}
+
+// ---- re-seeding empty clusters (kFarthest) -----------------------------------------------------
+
+/// The distance of a point from its assignment's score: L2 score + |y|^2, cosine 1 + score * w.
+__device__ __forceinline__ float distance_of(float score, float w, bool cosine) {
+  return cosine ? fmaf(score, w, 1.0f) : score + w;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(256)
+    reseed_kernel(Rows<T> rows, int d, int64_t k, const int32_t* counts, const float* scores,
+                  const float* point_w, const float* means, bool cosine, float* centroids) {
+  __shared__ int64_t empty[kMaxReseeds];
+  __shared__ int64_t picked[kMaxReseeds];
+  __shared__ int n_empty;
+  __shared__ float warp_best[8];
+  __shared__ int64_t warp_row[8];
+  const int64_t b = blockIdx.x;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  if (threadIdx.x == 0) {
+    int found = 0;
+    for (int64_t j = 0; j < k && found < kMaxReseeds; ++j) {
+      if (counts[b * k + j] == 0) empty[found++] = j;
+    }
+    n_empty = found;
+  }
+  __syncthreads();
+  const int e_count = n_empty;
+  if (e_count == 0) return;
+  const T* first;
+  int64_t len;
+  rows.problem(b, &first, &len);
+  const float* sc = scores + b * rows.n;
+  const float* pw = point_w + b * rows.n;
+  for (int round = 0; round < e_count; ++round) {
+    float best = -INFINITY;
+    int64_t best_row = -1;
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+      bool used = false;
+      for (int q = 0; q < round; ++q)
+        used |= picked[q] == i;
+      const float dist = distance_of(sc[i], pw[i], cosine);
+      if (!used && dist > best) {  // strided order: the first of equal distances stays
+        best = dist;
+        best_row = i;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(kFull, best, o);
+      const int64_t orow = __shfl_xor_sync(kFull, best_row, o);
+      if (orow >= 0 && (best_row < 0 || ov > best || (ov == best && orow < best_row))) {
+        best = ov;
+        best_row = orow;
+      }
+    }
+    if (lane == 0) {
+      warp_best[warp] = best;
+      warp_row[warp] = best_row;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float v = warp_best[0];
+      int64_t r = warp_row[0];
+      for (int w = 1; w < 8; ++w) {
+        if (warp_row[w] >= 0 &&
+            (r < 0 || warp_best[w] > v || (warp_best[w] == v && warp_row[w] < r))) {
+          v = warp_best[w];
+          r = warp_row[w];
+        }
+      }
+      picked[round] = r;
+    }
+    __syncthreads();
+    const int64_t r = picked[round];
+    if (r < 0) return;  // fewer points than empty clusters
+    const float w = cosine ? pw[r] : 1.0f;
+    float* out = centroids + (b * k + empty[round]) * d;
+    for (int e = threadIdx.x; e < d; e += blockDim.x)
+      out[e] =
+          (to_float(first[r * rows.ld + e]) - (means != nullptr ? means[b * d + e] : 0.0f)) * w;
+    __syncthreads();
+  }
+}
+
+template <typename T>
+Status launch_update(const Call& call, cudaStream_t stream) {
+  const KmeansPoints& p = call.points;
+  const auto sort = sort_kernel<T>;
+  const size_t smem = static_cast<size_t>(call.k) * sizeof(int32_t);
+  if (Status s = allow_smem(sort, smem); !s.ok()) return s;
+  sort<<<static_cast<unsigned>(p.batch), kSortThreads, smem, stream>>>(
+      rows_of<T>(p), call.labels, call.k, sort_bits(call.k), call.counts, call.starts, call.perm);
+  if (Status s = launched(stream); !s.ok()) return s;
+  SumArgs<T> args{rows_of<T>(p),
+                  call.counts,
+                  call.starts,
+                  call.perm,
+                  call.center ? call.means : nullptr,
+                  call.centroids,
+                  call.k,
+                  p.batch * call.k,
+                  static_cast<int>(p.d),
+                  rows_vec<T>(p),
+                  call.metric == KmeansMetric::kCosine};
+  const unsigned blocks = blocks_for(args.items, kSumWarps);
+  switch (slice_groups<T>(p.d)) {
+    case 1:
+      sum_kernel<T, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+      break;
+    case 2:
+      sum_kernel<T, 2><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+      break;
+    default:
+      sum_kernel<T, 4><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+      break;
+  }
+  return launched(stream);
+}
+
+}  // namespace
+}  // namespace cudaops::detail::kmeans
