@@ -164,7 +164,7 @@ int execute(BenchOptions& options) {
   if (status.ok())
     status = harness::measure_copy_bandwidth(copy_bytes, 3, 20, &copy_gbps, &copy_timing,
                                              options.timing.calls);
-  if (!status.ok()) return report_failure(status, "measuring copy bandwidth");
+  if (!status.ok()) return report_failure(status, "measuring copy bandwidth", options.timing.json);
 
   harness::JsonWriter w;
   if (options.timing.json) {
@@ -237,7 +237,8 @@ int execute(BenchOptions& options) {
     progress.clear();
     if (!status.ok()) {
       return report_failure(status,
-                            (p.op->name + " " + harness::format_dims(p.config.dims)).c_str());
+                            (p.op->name + " " + harness::format_dims(p.config.dims)).c_str(),
+                            options.timing.json);
     }
     all_ok = all_ok && (!report.checked || report.check.ok());
     if (options.timing.json) {
@@ -256,7 +257,7 @@ int execute(BenchOptions& options) {
     std::string device = "device " + std::to_string(options.timing.device);
     if (cudaGetDeviceProperties(&prop, options.timing.device) == cudaSuccess) device = prop.name;
     status = write_svg(options.svg, reports, copy_gbps, device);
-    if (!status.ok()) return report_failure(status, "writing the chart");
+    if (!status.ok()) return report_failure(status, "writing the chart");  // the JSON is out
     std::fprintf(stderr, "cudaops: wrote %s (%zu bars)\n", options.svg.c_str(), reports.size());
   }
   return all_ok ? kExitOk : kExitCheckFailed;

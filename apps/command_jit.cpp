@@ -91,6 +91,7 @@ int execute(const JitOptions& options) {
   const double compile_ms = ms_since(start);
   if (!status.ok()) {
     std::fprintf(stderr, "cudaops: %s\n", status.to_string().c_str());
+    if (options.json) print_json_error("compiling " + options.kernel, status.to_string());
     return status.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitCheckFailed;
   }
   int max_threads = -1;
@@ -99,7 +100,7 @@ int execute(const JitOptions& options) {
     const auto load_start = std::chrono::steady_clock::now();
     status = kernel.max_threads_per_block(&max_threads);
     load_ms = ms_since(load_start);
-    if (!status.ok()) return report_failure(status, "loading the kernel");
+    if (!status.ok()) return report_failure(status, "loading the kernel", options.json);
   }
   const double ready_ms = ms_since(start);
 
@@ -138,8 +139,10 @@ int execute(const JitOptions& options) {
     w.key("load_ms").value(load_ms).key("ready_ms").value(ready_ms);
     w.key("nvrtc_ms").value(info.nvrtc_ms).key("nvrtc").value(nvrtc);
     w.key("replaced_corrupt_entry").value(info.replaced_corrupt_entry);
-    w.key("cache_dir").value(cache.disk_enabled ? cache.directory + "/jit-v1" : "");
+    w.key("cache_dir")
+        .value(cache.disk_enabled ? cache.directory + "/" + jit::kCacheSubdirectory : "");
     w.key("not_stored_reason").value(info.not_stored_reason);
+    w.key("not_loaded_reason").value(info.not_loaded_reason);
     w.end_object();
     std::printf("%s\n", w.str().c_str());
     return kExitOk;
@@ -171,11 +174,15 @@ int execute(const JitOptions& options) {
   std::printf("key        %s (%lld headers hashed)\n", info.key.c_str(),
               static_cast<long long>(info.headers_hashed));
   if (!cache.disk_enabled) {
-    std::printf("cache      disk cache disabled\n");
+    std::printf("cache      %s\n", info.not_stored_reason.empty() ? "disk cache disabled"
+                                                                  : info.not_stored_reason.c_str());
   } else {
     std::printf(
-        "cache      %s/jit-v1%s%s\n", cache.directory.c_str(),
+        "cache      %s/%s%s%s\n", cache.directory.c_str(), jit::kCacheSubdirectory,
         info.not_stored_reason.empty() ? "" : "; not stored: ", info.not_stored_reason.c_str());
+  }
+  if (!info.not_loaded_reason.empty()) {
+    std::printf("not loaded %s\n", info.not_loaded_reason.c_str());
   }
   return kExitOk;
 }

@@ -53,11 +53,11 @@ int execute(RunOptions& options) {
   Status status = stream.create();
   double copy_gbps = 0.0;
   if (status.ok()) status = copy_yardstick(&copy_gbps, options.timing.calls);
-  if (!status.ok()) return report_failure(status, "measuring copy bandwidth");
+  if (!status.ok()) return report_failure(status, "measuring copy bandwidth", options.timing.json);
   CaseReport report;
   status =
       measure_case(*op, config, options.timing, options.check, copy_gbps, stream.get(), &report);
-  if (!status.ok()) return report_failure(status, op->name.c_str());
+  if (!status.ok()) return report_failure(status, op->name.c_str(), options.timing.json);
 
   if (options.timing.json) {
     harness::JsonWriter w;

@@ -126,9 +126,17 @@ Status copy_yardstick(double* gbps, int calls) {
                                          calls);
 }
 
-int report_failure(const Status& status, const char* doing) {
+int report_failure(const Status& status, const char* doing, bool json) {
   std::fprintf(stderr, "cudaops: %s: %s\n", doing, status.to_string().c_str());
+  if (json) print_json_error(doing, status.to_string());
   return kExitCheckFailed;
+}
+
+void print_json_error(const std::string& error, const std::string& reason) {
+  harness::JsonWriter w;
+  w.begin_object().key("error").value(error).key("reason").value(reason).end_object();
+  std::printf("%s\n", w.str().c_str());
+  std::fflush(stdout);
 }
 
 Status measure_case(const harness::OpDescriptor& op, const harness::CaseConfig& config,

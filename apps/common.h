@@ -57,7 +57,10 @@ bool select_device(int device, bool json);
 /// through the returned status.
 Status copy_yardstick(double* gbps, int calls);
 
-int report_failure(const Status& status, const char* doing);
+/// Prints "cudaops: <doing>: <status>" on stderr and, with `json`, {"error", "reason"} on
+/// stdout, so that a --json caller always reads one JSON document. Returns kExitCheckFailed.
+int report_failure(const Status& status, const char* doing, bool json = false);
+void print_json_error(const std::string& error, const std::string& reason);
 
 /// One op on one problem, measured.
 struct CaseReport {

@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -40,13 +42,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cudaops: %s\nRun with --help for more information.\n", e.what());
     return kExitUsage;
   }
+  // A --json caller reads one JSON document on stdout whatever happens.
+  bool json = false;
+  for (int i = 1; i < argc; ++i)
+    json = json || std::string(argv[i]) == "--json";
   try {
     for (const Command& command : commands) {
       if (command.parser->parsed()) return command.execute();
     }
   } catch (const UsageError& e) {
     std::fprintf(stderr, "cudaops: %s\nRun with --help for more information.\n", e.message.c_str());
+    if (json) print_json_error("usage", e.message);
     return kExitUsage;
+  } catch (const std::bad_alloc&) {
+    // Sizes the machine cannot hold (host buffers for the reference, the inputs' images).
+    std::fprintf(stderr, "cudaops: out of host memory for this problem; try smaller sizes\n");
+    if (json) print_json_error("out of host memory", "try smaller sizes");
+    return kExitCheckFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cudaops: %s\n", e.what());
+    if (json) print_json_error("failed", e.what());
+    return kExitCheckFailed;
   }
   return kExitUsage;
 }

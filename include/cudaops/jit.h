@@ -85,6 +85,9 @@ struct CompileInfo {
   /// Why the result was not written to disk, or "" when it was (or came from there): the cache
   /// is disabled, a computed #include defeats the dependency scan, the directory is not writable.
   std::string not_stored_reason;
+  /// Why a disk entry was there but not used, or "": it failed to verify (and was replaced), or
+  /// the directory is not this user's alone (group- or world-writable, another owner, a link).
+  std::string not_loaded_reason;
 };
 
 /// A kernel parameter as the loaded kernel reports it.
@@ -152,12 +155,19 @@ class CUDAOPS_EXPORT Kernel {
 /// compilation: for tools and tests. Needs NVRTC (its version is in the key).
 CUDAOPS_EXPORT Status cache_key(const CompileRequest& request, std::string* out);
 
+/// The directory under CacheConfig::directory that holds the entries (its name changes with
+/// the entry format).
+inline constexpr const char kCacheSubdirectory[] = "jit-v2";
+
 /// The cache settings of this process. Read from the environment on first use:
 /// CUDAOPS_CACHE_DIR (else $XDG_CACHE_HOME/cudaops, else ~/.cache/cudaops), CUDAOPS_JIT_CACHE=0
-/// to disable the disk cache, CUDAOPS_JIT_CACHE_MAX_BYTES (default 1 GiB).
+/// to disable the disk cache, CUDAOPS_JIT_CACHE_MAX_BYTES (default 1 GiB; a value that is not a
+/// positive integer turns the disk cache off, and compilations say so in not_stored_reason).
+/// The directory and its entries are used only when this user alone can write them (owned by
+/// the effective user, not group- or world-writable); entries carry a MAC under a per-user key.
 struct CacheConfig {
   bool disk_enabled = true;
-  std::string directory;                   ///< entries live in <directory>/jit-v1
+  std::string directory;                   ///< entries live in <directory>/jit-v2
   uint64_t max_bytes = uint64_t{1} << 30;  ///< oldest entries are evicted beyond this
 };
 

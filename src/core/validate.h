@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/checked.h"
 #include "cudaops/dtype.h"
 #include "cudaops/status.h"
 
@@ -40,28 +41,33 @@ inline Status check_pointer(const char* op, const char* name, const void* ptr, i
 }
 
 /// A matrix of rows x width elements read or written when both are > 0: not null, aligned to the
-/// element, row_stride >= width, and its last element addressable. width_name names the width in
-/// the message ("cols", "k").
+/// element, row_stride >= width, and every element and byte offset it spans addressable in int64
+/// (one row included: 1 x 2^62 float32 is refused). width_name names the width in the message
+/// ("cols", "k").
 inline Status check_matrix(const char* op, const char* name, const void* data, int64_t row_stride,
                            int64_t rows, int64_t width, DType dtype,
                            const char* width_name = "cols") {
   if (rows == 0 || width == 0) return Status();
-  if (Status s = check_pointer(op, name, data, rows * width, dtype); !s.ok()) return s;
+  const int64_t size = dtype_size(dtype) > 0 ? dtype_size(dtype) : 1;
+  // From the first element to one past the last: (rows - 1) * row_stride + width elements;
+  // row_stride * size is what the kernels step by.
+  int64_t span = 0, bytes = 0, step = 0;
+  const bool fits = rows > 0 && width > 0 && checked_mul(rows - 1, row_stride, &span) &&
+                    checked_add(span, width, &span) && checked_mul(span, size, &bytes) &&
+                    checked_mul(row_stride, size, &step);
   if (row_stride < width) {
     std::ostringstream text;
     text << op << ": " << name << " row_stride " << row_stride << " must be >= " << width_name
          << " (" << width << ")";
     return Status(StatusCode::kInvalidArgument, text.str());
   }
-  // The last element, (rows - 1) * row_stride + width - 1, and its byte offset must fit int64.
-  const int64_t limit = std::numeric_limits<int64_t>::max() / dtype_size(dtype);
-  if (rows > 1 && (row_stride > (limit - width) / (rows - 1))) {
+  if (!fits) {
     std::ostringstream text;
-    text << op << ": " << name << " spans more than 2^63 bytes (rows " << rows << ", row_stride "
-         << row_stride << ")";
+    text << op << ": " << name << " spans more than 2^63 bytes (rows " << rows << ", " << width_name
+         << " " << width << ", row_stride " << row_stride << ", " << dtype_name(dtype) << ")";
     return Status(StatusCode::kInvalidArgument, text.str());
   }
-  return Status();
+  return check_pointer(op, name, data, rows * width, dtype);  // rows * width <= span
 }
 
 inline bool is_float_dtype(DType dtype) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "core/checked.h"
 #include "harness/cuda_util.h"
 
 namespace cudaops::harness {
@@ -27,6 +28,10 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 Status DeviceBuffer::allocate(int64_t bytes) {
   reset();
+  if (bytes < 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "a device buffer of " + std::to_string(bytes) + " bytes");
+  }
   if (bytes == 0) return Status();
   Status status = cuda_check(cudaMalloc(&ptr_, static_cast<size_t>(bytes)),
                              "cudaMalloc of " + std::to_string(bytes) + " bytes");
@@ -52,7 +57,18 @@ Status DeviceArray::allocate(DType dtype, int64_t size, int64_t offset) {
   dtype_ = dtype;
   size_ = size;
   const int64_t element = dtype_size(dtype);
-  Status status = buffer_.allocate((size + offset) * element);
+  int64_t count = 0, bytes = 0;
+  if (size < 0 || offset < 0 || !detail::checked_add(size, offset, &count) ||
+      !detail::checked_mul(count, element, &bytes)) {
+    size_ = 0;
+    data_ = nullptr;
+    buffer_.reset();
+    return Status(StatusCode::kInvalidArgument,
+                  "a device array of " + std::to_string(size) + " + " + std::to_string(offset) +
+                      " " + dtype_name(dtype) +
+                      " elements: its size in bytes does not fit 64 bits");
+  }
+  Status status = buffer_.allocate(bytes);
   data_ = static_cast<unsigned char*>(buffer_.get()) + offset * element;
   if (size + offset == 0) data_ = nullptr;
   return status;

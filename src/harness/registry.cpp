@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/checked.h"
+
 namespace cudaops::harness {
 namespace {
 
@@ -38,6 +40,19 @@ int64_t dim_value(const Dims& dims, std::string_view name, int64_t fallback) {
     if (key == name) return value;
   }
   return fallback;
+}
+
+Status checked_elements(const std::string& op, const char* what,
+                        std::initializer_list<int64_t> factors, int64_t* out) {
+  int64_t bytes = 0;
+  if (detail::checked_product(factors, out) && detail::checked_mul(*out, 16, &bytes)) {
+    return Status();
+  }
+  std::string sizes;
+  for (int64_t factor : factors)
+    sizes += (sizes.empty() ? "" : " x ") + std::to_string(factor);
+  return Status(StatusCode::kInvalidArgument,
+                op + ": " + what + " = " + sizes + " elements is more than 64-bit sizes hold");
 }
 
 std::string format_dims(const Dims& dims) {

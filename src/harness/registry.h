@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -80,6 +81,11 @@ const OpDescriptor* find_op(std::string_view name);
 
 /// The value of `name` in dims, or `fallback`.
 int64_t dim_value(const Dims& dims, std::string_view name, int64_t fallback = 0);
+
+/// The product of a case's sizes (`what`: "rows x cols", for the message), refused when it or
+/// its bytes at 16 per element would not fit int64: a case's buffers are sized from it.
+Status checked_elements(const std::string& op, const char* what,
+                        std::initializer_list<int64_t> factors, int64_t* out);
 
 /// "n=268435456" or "rows=4096 cols=1024".
 std::string format_dims(const Dims& dims);

@@ -1,12 +1,22 @@
-// The JIT's disk cache: one file per key, written atomically, verified on every read.
+// The JIT's disk cache: one file per key, written atomically, trusted only when this user alone
+// could have written it, verified on every read.
 //
-// File: "CDOPJIT1", format version (u32), the key's digest (32 bytes), payload size (u64),
-// SHA-256 of the payload (32 bytes), payload. It is written to a temporary file in the same
-// directory, flushed and renamed over <key>.entry, so a reader sees a whole entry or none; two
-// processes storing one key both succeed (the last rename wins, with the same contents), and
-// nothing is locked. An entry that fails to verify (truncated, altered, another key's) is removed
-// and reported as corrupt. Hits refresh the entry's time; stores evict the oldest entries beyond
-// the size bound.
+// Trust: the directory and its parent must be directories owned by the effective user and not
+// writable by group or others; the cache's own directory is opened without following a
+// symbolic link and every entry is reached through that descriptor (openat), so the checked
+// directory is the one used. An entry must be a regular file owned by the user, not writable by
+// group or others, no larger than kMaxEntryBytes; it is opened non-blocking and without
+// following links (a FIFO or a link there is refused, not waited on).
+//
+// File: "CDOPJIT2", format version (u32), the key's digest (32 bytes), payload size (u64),
+// HMAC-SHA-256 of everything before it and the payload under a per-user key (32 bytes), payload.
+// The key is 32 random bytes in <directory>/mac.key (0600), made on the first store: an entry
+// computed by anyone without that file (another user who knows the source, a copied cache) does
+// not verify. Writes go to a temporary file created exclusively (O_EXCL, random name), flushed
+// and renamed over <key>.entry (or .note), so a reader sees a whole entry or none; two processes
+// storing one key both succeed, and nothing is locked. An entry that fails a check is removed and
+// reported as corrupt. Hits refresh the entry's time; stores evict the oldest entries beyond the
+// size bound.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +29,16 @@ namespace cudaops::jit::detail {
 
 class DiskCache {
  public:
-  enum class Lookup { kHit, kMiss, kCorrupt };
+  /// kUntrusted: the directory failed the ownership/permission checks (`why` says which);
+  /// nothing was read, written or removed.
+  enum class Lookup { kHit, kMiss, kCorrupt, kUntrusted };
 
-  /// `directory`: where the entries live (created on the first store, owner-only).
-  DiskCache(std::string directory, uint64_t max_bytes);
+  static constexpr uint64_t kMaxEntryBytes = uint64_t{1} << 28;
+
+  /// `directory`: where the entries live (created on the first store, owner-only, as is its
+  /// parent when missing). `suffix`: of this cache's files, ".entry" (kernels) or ".note"
+  /// (facts remembered beside them); clear(), eviction and size_bytes() cover both.
+  DiskCache(std::string directory, uint64_t max_bytes, std::string suffix = ".entry");
 
   const std::string& directory() const { return directory_; }
   std::string entry_path(const Sha256::Digest& key) const;
@@ -35,16 +51,16 @@ class DiskCache {
   /// more than max_bytes (never the entry just written).
   Status store(const Sha256::Digest& key, const std::string& payload) const;
 
-  /// Removes every entry and every temporary file of the directory.
+  /// Removes every entry and every temporary file of the directory (the MAC key stays).
   Status clear() const;
 
   /// Total bytes of the entries.
   uint64_t size_bytes() const;
 
  private:
-  void evict(const std::string& keep) const;
   std::string directory_;
   uint64_t max_bytes_;
+  std::string suffix_;
 };
 
 /// Little-endian field codec for payloads.

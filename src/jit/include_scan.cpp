@@ -1,13 +1,13 @@
 #include "jit/include_scan.h"
 
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 
 #include <cctype>
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <set>
-#include <sstream>
 
 namespace cudaops::jit::detail {
 
@@ -75,12 +75,23 @@ bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
 }
 
-bool read_file(const std::string& path, std::string* contents) {
+constexpr off_t kMaxHeaderBytes = off_t{64} << 20;
+
+// Reads a regular file and names it by its real path (links and ".." resolved by the OS).
+// `too_large`: it is there but over kMaxHeaderBytes, and was not read.
+bool read_file(const std::string& path, std::string* contents, std::string* real, bool* too_large) {
+  char resolved[PATH_MAX];
+  if (realpath(path.c_str(), resolved) == nullptr) return false;
   struct stat info {};
-  if (stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) return false;
-  std::ifstream file(path, std::ios::binary);
+  if (stat(resolved, &info) != 0 || !S_ISREG(info.st_mode)) return false;
+  if (info.st_size > kMaxHeaderBytes) {
+    *too_large = true;
+    return false;
+  }
+  std::ifstream file(resolved, std::ios::binary);
   if (!file) return false;
   contents->assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  *real = resolved;
   return !file.bad();
 }
 
@@ -124,24 +135,34 @@ class Scanner {
         candidates.push_back(join(include_dir, name));
     }
     for (const std::string& candidate : candidates) {
-      const std::string path = normalise(candidate);
-      auto known = digests_.find(path);
+      // Opened as given, so that ".." resolves through links as the compiler's open() does; the
+      // same file reached by two spellings is read once, by its real path.
+      std::string contents;
+      std::string real;
+      bool too_large = false;
+      if (!read_file(candidate, &contents, &real, &too_large)) {
+        if (!too_large) continue;
+        result_.complete = false;
+        result_.incomplete_reason = "a header larger than 64 MiB is not hashed: " + candidate;
+        hash_.field("too large");
+        return;
+      }
+      auto known = digests_.find(real);
       if (known == digests_.end()) {
-        std::string contents;
-        if (!read_file(path, &contents)) continue;
-        known = digests_.emplace(path, Sha256::of(contents.data(), contents.size())).first;
-        result_.headers.push_back(path);
-        hash_.field(path);
+        known = digests_.emplace(real, Sha256::of(contents.data(), contents.size())).first;
+        result_.headers.push_back(real);
+        hash_.field(real);
         hash_.update(known->second.data(), known->second.size());
         if (depth > 200) {
           result_.complete = false;
           result_.incomplete_reason = "#include nesting deeper than 200";
           return;
         }
-        scan(contents, dirname(path), depth + 1);
+        // Its own quoted includes are looked up beside the name it was reached by.
+        scan(contents, dirname(candidate), depth + 1);
         return;
       }
-      hash_.field(path);
+      hash_.field(real);
       hash_.update(known->second.data(), known->second.size());
       return;
     }
@@ -154,25 +175,6 @@ class Scanner {
   }
 
  private:
-  static std::string normalise(const std::string& path) {
-    // Lexical only ("a/./b/../c" -> "a/c"); symbolic links are kept, contents decide anyway.
-    std::vector<std::string> parts;
-    std::stringstream stream(path);
-    std::string part;
-    while (std::getline(stream, part, '/')) {
-      if (part.empty() || part == ".") continue;
-      if (part == ".." && !parts.empty() && parts.back() != "..") {
-        parts.pop_back();
-      } else {
-        parts.push_back(part);
-      }
-    }
-    std::string out = path[0] == '/' ? "/" : "";
-    for (size_t i = 0; i < parts.size(); ++i)
-      out += (i ? "/" : "") + parts[i];
-    return out.empty() ? "." : out;
-  }
-
   const std::vector<std::string>& include_dirs_;
   std::map<std::string, Sha256::Digest> digests_;
   Sha256 hash_;

@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
 #include <unordered_map>
 
@@ -62,26 +61,43 @@ std::string default_directory() {
   return home != nullptr && *home == '/' ? std::string(home) + "/.cache/cudaops" : "";
 }
 
-CacheConfig environment_config() {
+// The settings and, when the environment held a value that cannot be used, what it was: the
+// disk cache is then off, and each compilation says why.
+struct Settings {
   CacheConfig config;
+  std::string problem;
+};
+
+Settings environment_settings() {
+  Settings settings;
+  CacheConfig& config = settings.config;
   if (const char* enabled = std::getenv("CUDAOPS_JIT_CACHE")) {
     const std::string value = enabled;
     config.disk_enabled = !(value == "0" || value == "off" || value == "OFF" || value == "false");
   }
   if (const char* max_bytes = std::getenv("CUDAOPS_JIT_CACHE_MAX_BYTES")) {
-    char* end = nullptr;
-    const unsigned long long value = std::strtoull(max_bytes, &end, 10);
-    if (end != max_bytes && *end == '\0') config.max_bytes = value;
+    // Digits only: strtoull would take "-5" as 2^64 - 5.
+    const std::string text = max_bytes;
+    const bool digits = !text.empty() && text.size() <= 19 &&
+                        text.find_first_not_of("0123456789") == std::string::npos;
+    const unsigned long long value = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+    if (value > 0) {
+      config.max_bytes = value;
+    } else if (config.disk_enabled) {
+      config.disk_enabled = false;
+      settings.problem = "CUDAOPS_JIT_CACHE_MAX_BYTES=\"" + text.substr(0, 40) +
+                         "\" is not a positive number of bytes, so the disk cache is off";
+    }
   }
   config.directory = default_directory();
-  return config;
+  return settings;
 }
 
 std::mutex config_mutex;
 
-CacheConfig& config_slot() {
-  static CacheConfig config = environment_config();
-  return config;
+Settings& settings_slot() {
+  static Settings settings = environment_settings();
+  return settings;
 }
 
 // ---- the in-process cache ----------------------------------------------------------------
@@ -276,41 +292,42 @@ std::string nvrtc_stat_line(const std::string& path) {
          std::to_string(info.st_ctim.tv_nsec);
 }
 
-std::string nvrtc_note_path(const std::string& directory, const std::string& line) {
-  const Sha256::Digest digest = Sha256::of(line.data(), line.size());
-  return directory + "/nvrtc-" + Sha256::hex(digest).substr(0, 32) + ".version";
+// The note of `line` is kept, checked and verified as the kernels' entries are.
+Sha256::Digest nvrtc_note_key(const std::string& line) {
+  Sha256 hash;
+  hash.field("cudaops nvrtc identity note");
+  hash.field(line);
+  return hash.finish();
 }
 
-std::string remembered_nvrtc_identity(const std::string& directory, const std::string& path) {
+std::unique_ptr<DiskCache> note_cache() {
+  std::lock_guard<std::mutex> lock(config_mutex);
+  const CacheConfig& config = settings_slot().config;
+  if (!config.disk_enabled || config.directory.empty()) return nullptr;
+  return std::make_unique<DiskCache>(config.directory + "/" + kCacheSubdirectory, config.max_bytes,
+                                     ".note");
+}
+
+std::string remembered_nvrtc_identity(const std::string& path) {
+  const std::unique_ptr<DiskCache> disk = note_cache();
   const std::string line = nvrtc_stat_line(path);
-  if (line.empty() || directory.empty()) return "";
-  std::ifstream file(nvrtc_note_path(directory, line));
+  if (disk == nullptr || line.empty()) return "";
+  std::string payload, why;
+  if (disk->load(nvrtc_note_key(line), &payload, &why) != DiskCache::Lookup::kHit) return "";
+  PayloadReader in(payload);
   std::string stored, identity;
-  if (!std::getline(file, stored) || stored != line || !std::getline(file, identity)) return "";
+  if (!in.bytes(&stored) || stored != line || !in.bytes(&identity) || !in.at_end()) return "";
   return identity;
 }
 
-void remember_nvrtc_identity(const std::string& directory, const std::string& path,
-                             const std::string& identity) {
+void remember_nvrtc_identity(const std::string& path, const std::string& identity) {
+  const std::unique_ptr<DiskCache> disk = note_cache();
   const std::string line = nvrtc_stat_line(path);
-  if (line.empty() || directory.empty()) return;
-  const std::string target = nvrtc_note_path(directory, line);
-  const std::string temp = target + ".tmp-" + std::to_string(getpid());
-  {
-    std::ofstream file(temp, std::ios::trunc);
-    file << line << "\n" << identity << "\n";
-    if (!file) {
-      std::remove(temp.c_str());
-      return;
-    }
-  }
-  if (std::rename(temp.c_str(), target.c_str()) != 0) std::remove(temp.c_str());
-}
-
-std::string cache_directory() {
-  std::lock_guard<std::mutex> lock(config_mutex);
-  const CacheConfig& config = config_slot();
-  return config.disk_enabled && !config.directory.empty() ? config.directory + "/jit-v1" : "";
+  if (disk == nullptr || line.empty()) return;
+  PayloadWriter out;
+  out.bytes(line);
+  out.bytes(identity);
+  (void)disk->store(nvrtc_note_key(line), out.take());  // a note not kept costs a load later
 }
 
 // Loads NVRTC if `out` has none yet, and settles what depends on it (identity, target, key).
@@ -319,10 +336,9 @@ Status load(const CompileRequest& request, Prepared* out) {
   Status status = detail::load_nvrtc(&out->nvrtc);
   if (!status.ok()) return status;
   out->nvrtc_identity = out->nvrtc->identity;
-  const std::string directory = cache_directory();
-  if (!directory.empty() && out->remember_identity &&
-      remembered_nvrtc_identity(directory, out->nvrtc->path) != out->nvrtc_identity) {
-    remember_nvrtc_identity(directory, out->nvrtc->path, out->nvrtc_identity);
+  if (out->remember_identity &&
+      remembered_nvrtc_identity(out->nvrtc->path) != out->nvrtc_identity) {
+    remember_nvrtc_identity(out->nvrtc->path, out->nvrtc_identity);
   }
   if (out->options.arch.empty()) {
     status = arch_for(*out->nvrtc, out->device_cc, &out->arch);
@@ -355,7 +371,7 @@ Status prepare(const CompileRequest& request, Prepared* out, bool may_defer_nvrt
       may_defer_nvrtc ? detail::locate_nvrtc() : detail::NvrtcLocation{};
   if (location.identity.empty() && !location.path.empty()) {
     out->remember_identity = true;
-    location.identity = remembered_nvrtc_identity(cache_directory(), location.path);
+    location.identity = remembered_nvrtc_identity(location.path);
   }
   if (location.identity.empty()) return load(request, out);
   out->nvrtc_identity = location.identity;
@@ -499,7 +515,7 @@ Status compile(const CompileRequest& request, Kernel* out) {
   std::string key = Sha256::hex(prepared.key);
 
   bool replaced_corrupt = false;
-  std::string not_stored;
+  std::string not_stored, not_loaded;
   // The module is shared and never changes once cached; the facts of this call go in a copy.
   auto finish = [&](const std::shared_ptr<Module>& module, CacheSource source) {
     auto info = std::make_shared<CompileInfo>(module->info);
@@ -507,6 +523,7 @@ Status compile(const CompileRequest& request, Kernel* out) {
     info->total_ms = since_ms(start);
     info->replaced_corrupt_entry = replaced_corrupt;
     info->not_stored_reason = source == CacheSource::kCompiled ? not_stored : "";
+    info->not_loaded_reason = source == CacheSource::kCompiled ? not_loaded : "";
     info->headers_hashed = static_cast<int64_t>(prepared.dependencies.headers.size());
     out->module_ = module;
     out->info_ = std::move(info);
@@ -514,20 +531,24 @@ Status compile(const CompileRequest& request, Kernel* out) {
   };
 
   CacheConfig config;
+  std::string environment_problem;
   {
     std::lock_guard<std::mutex> lock(config_mutex);
-    config = config_slot();
+    config = settings_slot().config;
+    environment_problem = settings_slot().problem;
   }
   const bool use_disk =
       config.disk_enabled && !config.directory.empty() && prepared.dependencies.complete;
-  if (!config.disk_enabled) {
+  if (!environment_problem.empty()) {
+    not_stored = environment_problem;
+  } else if (!config.disk_enabled) {
     not_stored = "the disk cache is disabled";
   } else if (config.directory.empty()) {
     not_stored = "no cache directory (set CUDAOPS_CACHE_DIR or HOME)";
   } else if (!prepared.dependencies.complete) {
     not_stored = prepared.dependencies.incomplete_reason;
   }
-  const DiskCache disk(config.directory + "/jit-v1", config.max_bytes);
+  const DiskCache disk(config.directory + "/" + kCacheSubdirectory, config.max_bytes);
 
   // The in-process cache, then the disk; true when the kernel was found.
   auto lookup = [&]() {
@@ -553,7 +574,10 @@ Status compile(const CompileRequest& request, Kernel* out) {
       (void)finish(shared, CacheSource::kDiskCache);
       return true;
     }
-    replaced_corrupt = replaced_corrupt || result != DiskCache::Lookup::kMiss;
+    replaced_corrupt = replaced_corrupt || result == DiskCache::Lookup::kCorrupt;
+    if (result == DiskCache::Lookup::kCorrupt || result == DiskCache::Lookup::kUntrusted) {
+      not_loaded = why;
+    }
     return false;
   };
   if (lookup()) return Status();
@@ -591,7 +615,7 @@ Status compile(const CompileRequest& request, Kernel* out) {
 
 CacheConfig cache_config() {
   std::lock_guard<std::mutex> lock(config_mutex);
-  return config_slot();
+  return settings_slot().config;
 }
 
 Status set_cache_config(const CacheConfig& config) {
@@ -602,7 +626,7 @@ Status set_cache_config(const CacheConfig& config) {
                   "jit: max_bytes must be > 0 (set disk_enabled = false to disable the cache)");
   }
   std::lock_guard<std::mutex> lock(config_mutex);
-  config_slot() = next;
+  settings_slot() = Settings{next, ""};
   return Status();
 }
 
@@ -613,7 +637,7 @@ Status clear_cache(bool memory, bool disk) {
   }
   const CacheConfig config = cache_config();
   if (!disk || config.directory.empty()) return Status();
-  return DiskCache(config.directory + "/jit-v1", config.max_bytes).clear();
+  return DiskCache(config.directory + "/" + kCacheSubdirectory, config.max_bytes).clear();
 }
 
 Status nvrtc_description(std::string* out) {

@@ -1,13 +1,29 @@
 #include "reference/host_array.h"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
+#include "core/checked.h"
 #include "reference/host_float.h"
 
 namespace cudaops::ref {
 
+namespace {
+
+size_t checked_bytes(DType dtype, int64_t size) {
+  int64_t bytes = 0;
+  if (!detail::checked_product({size, dtype_size(dtype)}, &bytes)) {
+    throw std::length_error("a host array of " + std::to_string(size) + " " + dtype_name(dtype) +
+                            " elements: its size in bytes does not fit 64 bits");
+  }
+  return static_cast<size_t>(bytes);
+}
+
+}  // namespace
+
 HostArray::HostArray(DType dtype, int64_t size)
-    : dtype_(dtype), size_(size), bytes_(static_cast<size_t>(size * dtype_size(dtype))) {}
+    : dtype_(dtype), size_(size), bytes_(checked_bytes(dtype, size)) {}
 
 double HostArray::get(int64_t i) const {
   const unsigned char* p = bytes_.data() + i * dtype_size(dtype_);

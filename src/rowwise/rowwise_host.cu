@@ -42,7 +42,15 @@ const char* row_path_name(RowPath path) {
 
 Status check_shape(const char* op, int64_t rows, int64_t cols) {
   if (Status s = check_count(op, "rows", rows); !s.ok()) return s;
-  return check_count(op, "cols", cols);
+  if (Status s = check_count(op, "cols", cols); !s.ok()) return s;
+  // rows x cols x 8 bytes bounds every matrix and workspace (K <= 2 float32 per column and unit,
+  // units <= rows) the ops and their size queries compute.
+  int64_t bytes = 0;
+  if (checked_product({rows, cols, 8}, &bytes)) return Status();
+  std::ostringstream text;
+  text << op << ": rows (" << rows << ") x cols (" << cols << ") is more elements than 64-bit "
+       << "offsets can address";
+  return Status(StatusCode::kInvalidArgument, text.str());
 }
 
 Status check_eps(const char* op, float eps) {

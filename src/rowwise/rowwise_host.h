@@ -25,7 +25,7 @@ Status check_eps(const char* op, float eps);
 
 /// True when the rows of the matrix all start on a 16-byte boundary.
 inline bool rows_aligned16(const void* data, int64_t row_stride, DType dtype) {
-  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && (row_stride * dtype_size(dtype)) % 16 == 0;
+  return reinterpret_cast<uintptr_t>(data) % 16 == 0 && row_stride % (16 / dtype_size(dtype)) == 0;
 }
 inline bool aligned16(const void* data) {
   return reinterpret_cast<uintptr_t>(data) % 16 == 0;

@@ -28,6 +28,16 @@ Status check_sizes(int64_t rows, int64_t cols, int64_t k) {
   if (k > cols) {
     return invalid("k (" + std::to_string(k) + ") must be <= cols (" + std::to_string(cols) + ")");
   }
+  // The workspace grows with rows (a row's share is at most its one-row plan): it must fit in
+  // 2^62 bytes, so that neither the size query nor the offsets into it wrap.
+  if (rows > (int64_t{1} << 20)) {
+    const auto per_row = static_cast<int64_t>(detail::topk::make_plan(1, cols, k).workspace_bytes);
+    if (per_row > 0 && rows > (int64_t{1} << 62) / per_row) {
+      return invalid("rows (" + std::to_string(rows) + ") x cols (" + std::to_string(cols) +
+                     ") with k " + std::to_string(k) +
+                     " needs a workspace of more than 2^62 bytes");
+    }
+  }
   return Status();
 }
 

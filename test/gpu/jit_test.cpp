@@ -237,7 +237,7 @@ TEST_F(JitGpu, DynamicSharedMemoryAbove48KiB) {
 TEST_F(JitGpu, CorruptedEntryIsRecompiledAndRuns) {
   Kernel first;
   ASSERT_TRUE(compile(request("saxpy"), &first).ok());
-  const std::string path = dir_ + "/jit-v1/" + first.info().key + ".entry";
+  const std::string path = dir_ + "/jit-v2/" + first.info().key + ".entry";
   ASSERT_TRUE(fs::exists(path));
   fs::resize_file(path, fs::file_size(path) / 2);  // truncated, as by a crash mid-copy
   ASSERT_TRUE(clear_cache(true, false).ok());

@@ -130,16 +130,16 @@ def test_compile_for_an_explicit_architecture(cache_dir):
     assert ".entry saxpy(" in k.ptx and len(k.cubin) > 0
     assert len(k.key) == 64
     assert jit.compile(SAXPY, "saxpy", options=["-arch=sm_90"]).from_cache == "memory"
-    assert jit.cache_dir() == str(cache_dir / "jit-v1")
-    assert len(list((cache_dir / "jit-v1").glob("*.entry"))) == 1
+    assert jit.cache_dir() == str(cache_dir / "jit-v2")
+    assert len(list((cache_dir / "jit-v2").glob("*.entry"))) == 1
     jit.clear_cache(disk=False)
     assert jit.compile(SAXPY, "saxpy", options=("-arch=sm_90",)).from_cache == "disk"
     jit.clear_cache()
-    assert not list((cache_dir / "jit-v1").glob("*.entry"))
+    assert not list((cache_dir / "jit-v2").glob("*.entry"))
     jit.set_cache(enabled=False)
     assert jit.cache_dir() is None
     assert jit.compile(SAXPY, "saxpy", options=("-arch=sm_90",)).from_cache is None
-    assert not list((cache_dir / "jit-v1").glob("*.entry"))
+    assert not list((cache_dir / "jit-v2").glob("*.entry"))
     jit.set_cache(enabled=True)
 
 
@@ -178,7 +178,7 @@ def test_not_a_kernel():
 def test_disk_cache_in_a_fresh_process(cache_dir):
     assert compile_in(cache_dir, SAXPY, "saxpy", ("-arch=sm_90",)) == "None"
     assert compile_in(cache_dir, SAXPY, "saxpy", ("-arch=sm_90",)) == "disk"
-    entries = list((cache_dir / "jit-v1").glob("*.entry"))
+    entries = list((cache_dir / "jit-v2").glob("*.entry"))
     assert len(entries) == 1
     data = bytearray(entries[0].read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -353,7 +353,7 @@ def test_processes_racing_then_launch(torch, cache_dir):
         out, err = child.communicate(timeout=300)
         assert child.returncode == 0, err
     assert compile_in(cache_dir, SAXPY, "scale<float>") == "disk"
-    assert not list((cache_dir / "jit-v1").glob(".tmp-*"))
+    assert not list((cache_dir / "jit-v2").glob(".tmp-*"))
     jit.clear_cache(disk=False)
     k = jit.compile(SAXPY, "scale<float>")
     assert k.from_cache == "disk"

@@ -257,6 +257,33 @@ TEST(JitIncludeScan, PreIncludesAreFollowed) {
   EXPECT_NE(scan_dependencies("int x;\n", dir.path(), dirs, {"pre.h"}).digest, a.digest);
 }
 
+TEST(JitIncludeScan, DotDotResolvesThroughLinksAsTheCompilerDoes) {
+  // -I inc/link with link -> real/sub: "../common.h" from there is inc/real/common.h, not
+  // inc/common.h as a textual collapse would have it.
+  TempDir dir;
+  write(dir / "inc/real/sub/keep", "");
+  write(dir / "inc/real/common.h", "#define COMMON 1\n");
+  write(dir / "inc/common.h", "#define DECOY 1\n");
+  fs::create_directory_symlink(dir / "inc/real/sub", dir / "inc/link");
+  const std::vector<std::string> dirs = {dir / "inc/link"};
+  const std::string source = "#include \"../common.h\"\n";
+  const Dependencies before = scan_dependencies(source, dir / "src", dirs, {});
+  ASSERT_EQ(before.headers.size(), 1u);
+  EXPECT_EQ(fs::path(before.headers[0]), fs::canonical(dir / "inc/real/common.h"));
+  write(dir / "inc/real/common.h", "#define COMMON 2\n");
+  const Dependencies edited = scan_dependencies(source, dir / "src", dirs, {});
+  EXPECT_NE(edited.digest, before.digest)
+      << "editing the header the compiler reads changes the key";
+  write(dir / "inc/common.h", "#define DECOY 2\n");
+  EXPECT_EQ(scan_dependencies(source, dir / "src", dirs, {}).digest, edited.digest)
+      << "a header the compiler does not read does not";
+
+  // One file under two spellings is hashed once.
+  const Dependencies twice = scan_dependencies(
+      "#include \"../common.h\"\n#include \"../sub/../common.h\"\n", dir / "inc/link", {}, {});
+  EXPECT_EQ(twice.headers.size(), 1u);
+}
+
 // ---- the disk cache ------------------------------------------------------------------------
 
 Sha256::Digest key_for(const std::string& text) {
@@ -305,7 +332,14 @@ TEST(JitDiskCache, DetectsAndRemovesCorruptEntries) {
          text[text.size() - 100] ^= 0x40;
          write(p, text);
        },
-       "checksum"},
+       "checksum (MAC)"},
+      {"flipped size byte",
+       [](const std::string& p) {
+         std::string text = read(p);
+         text[8 + 4 + 32 + 7] = static_cast<char>(text[8 + 4 + 32 + 7] ^ 0x40);
+         write(p, text);
+       },
+       "truncated or too long"},
       {"flipped key byte",
        [](const std::string& p) {
          std::string text = read(p);
@@ -398,6 +432,153 @@ TEST(JitDiskCache, UnwritableDirectoryIsAStatus) {
   EXPECT_NE(status.message().find("/proc/cudaops-cannot-exist/jit"), std::string::npos);
 }
 
+// An entry as someone without this user's key would make it: the format and the key digest
+// right, the checksum a plain SHA-256 of the payload (what the cache held before it had a MAC).
+void plant_entry(const std::string& path, const Sha256::Digest& key, const std::string& payload) {
+  std::string file = "CDOPJIT2";
+  file += std::string("\x02\0\0\0", 4);
+  file.append(reinterpret_cast<const char*>(key.data()), key.size());
+  for (int i = 0; i < 8; ++i)
+    file.push_back(static_cast<char>(uint64_t{payload.size()} >> (8 * i)));
+  const Sha256::Digest digest = Sha256::of(payload.data(), payload.size());
+  file.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  file += payload;
+  std::remove(path.c_str());
+  write(path, file);
+  ::chmod(path.c_str(), 0600);
+}
+
+TEST(JitDiskCacheTrust, APlantedEntryWithoutTheKeyIsRefused) {
+  TempDir dir;
+  const DiskCache cache(dir / "jit", 1 << 20);
+  const Sha256::Digest key = key_for("victim");
+  ASSERT_TRUE(cache.store(key, "genuine").ok());
+  EXPECT_EQ(fs::status(dir / "jit/mac.key").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  plant_entry(cache.entry_path(key), key, "planted");
+  std::string out, why;
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kCorrupt);
+  EXPECT_NE(why.find("MAC"), std::string::npos) << why;
+  EXPECT_NE(out, "planted");
+  EXPECT_FALSE(fs::exists(cache.entry_path(key)));
+
+  // Another directory's key (a copied cache) does not verify either.
+  const DiskCache other(dir / "other", 1 << 20);
+  ASSERT_TRUE(other.store(key, "copied").ok());
+  fs::copy_file(other.entry_path(key), cache.entry_path(key));
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kCorrupt);
+  EXPECT_NE(why.find("MAC"), std::string::npos) << why;
+}
+
+TEST(JitDiskCacheTrust, DirectoriesOthersCanWriteAreNotUsed) {
+  TempDir dir;
+  const Sha256::Digest key = key_for("k");
+  for (const char* which : {"parent", "cache"}) {
+    const std::string parent = dir / which;
+    const DiskCache cache(parent + "/jit", 1 << 20);
+    ASSERT_TRUE(cache.store(key, "payload").ok());
+    const std::string target = std::string(which) == "parent" ? parent : parent + "/jit";
+    ASSERT_EQ(::chmod(target.c_str(), 0777), 0);
+    std::string out, why;
+    EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kUntrusted) << which;
+    EXPECT_NE(why.find("writable by group or others (mode 0777)"), std::string::npos) << why;
+    EXPECT_NE(why.find(target), std::string::npos) << why;
+    const cudaops::Status stored = cache.store(key, "payload");
+    EXPECT_FALSE(stored.ok()) << which;
+    EXPECT_NE(stored.message().find("neither loaded nor stored"), std::string::npos)
+        << stored.message();
+    EXPECT_FALSE(cache.clear().ok()) << which;
+    EXPECT_TRUE(fs::exists(cache.entry_path(key))) << "nothing is touched in such a directory";
+    ASSERT_EQ(::chmod(target.c_str(), 0700), 0);
+    EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kHit) << which;
+  }
+}
+
+TEST(JitDiskCacheTrust, OtherOwnersAreRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
+  TempDir dir;
+  const DiskCache cache(dir / "jit", 1 << 20);
+  const Sha256::Digest key = key_for("k");
+  ASSERT_TRUE(cache.store(key, "payload").ok());
+  std::string out, why;
+  ASSERT_EQ(::chown(cache.entry_path(key).c_str(), 65534, 65534), 0);
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kCorrupt);
+  EXPECT_NE(why.find("owned by another user (uid 65534"), std::string::npos) << why;
+
+  ASSERT_TRUE(cache.store(key, "payload").ok());
+  ASSERT_EQ(::chown((dir / "jit").c_str(), 65534, 65534), 0);
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kUntrusted);
+  EXPECT_NE(why.find("owned by another user"), std::string::npos) << why;
+  EXPECT_FALSE(cache.store(key, "payload").ok());
+  ASSERT_EQ(::chown((dir / "jit").c_str(), 0, 0), 0);
+
+  ASSERT_EQ(::chown((dir / "jit/mac.key").c_str(), 65534, 65534), 0);
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kCorrupt);
+  EXPECT_NE(why.find("key file is owned by another user"), std::string::npos) << why;
+}
+
+TEST(JitDiskCacheTrust, EntriesThatAreNotPlainFilesOfThisUser) {
+  TempDir dir;
+  const DiskCache cache(dir / "jit", 1 << 20);
+  const Sha256::Digest key = key_for("k");
+  ASSERT_TRUE(cache.store(key, "payload").ok());
+  const std::string path = cache.entry_path(key);
+  std::string out, why;
+
+  // A FIFO is refused at once, not waited on.
+  fs::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kCorrupt);
+  EXPECT_NE(why.find("not a regular file"), std::string::npos) << why;
+  EXPECT_FALSE(fs::exists(fs::symlink_status(path)));
+
+  // A link is not followed, and what it points at is left alone.
+  write(dir / "precious", "do not touch");
+  fs::create_symlink(dir / "precious", path);
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kCorrupt);
+  EXPECT_NE(why.find("symbolic link"), std::string::npos) << why;
+  fs::create_symlink(dir / "precious", path);
+  ASSERT_TRUE(cache.store(key, "payload").ok());
+  EXPECT_EQ(read(dir / "precious"), "do not touch");
+  EXPECT_FALSE(fs::is_symlink(path));
+
+  // Group-writable.
+  ASSERT_EQ(::chmod(path.c_str(), 0660), 0);
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kCorrupt);
+  EXPECT_NE(why.find("writable by group or others"), std::string::npos) << why;
+
+  // Huge: refused from its size, before anything is read.
+  ASSERT_TRUE(cache.store(key, "payload").ok());
+  fs::resize_file(path, DiskCache::kMaxEntryBytes + 1);
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kCorrupt);
+  EXPECT_NE(why.find("larger than"), std::string::npos) << why;
+
+  // The cache directory itself a link (to a directory this user owns): not used.
+  ASSERT_TRUE(cache.store(key, "payload").ok());
+  fs::rename(dir / "jit", dir / "real");
+  fs::create_directory_symlink(dir / "real", dir / "jit");
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kUntrusted);
+  EXPECT_NE(why.find("symbolic link"), std::string::npos) << why;
+}
+
+TEST(JitDiskCacheTrust, ClearRemovesNotesAndPlantedFiles) {
+  TempDir dir;
+  const DiskCache cache(dir / "jit", 1 << 20);
+  const DiskCache notes(dir / "jit", 1 << 20, ".note");
+  ASSERT_TRUE(cache.store(key_for("a"), "kernel").ok());
+  ASSERT_TRUE(notes.store(key_for("b"), "note").ok());
+  std::string out, why;
+  EXPECT_EQ(notes.load(key_for("b"), &out, &why), DiskCache::Lookup::kHit);
+  EXPECT_EQ(cache.load(key_for("b"), &out, &why), DiskCache::Lookup::kMiss);
+  fs::create_symlink(dir / "elsewhere", dir / "jit/x.entry");
+  EXPECT_EQ(cache.size_bytes(), notes.size_bytes());
+  ASSERT_TRUE(cache.clear().ok());
+  std::vector<std::string> left;
+  for (const auto& item : fs::directory_iterator(dir / "jit"))
+    left.push_back(item.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"mac.key"});
+}
+
 // ---- compilation for an explicit architecture (NVRTC, no GPU) -------------------------------
 
 const char* const kSource = R"(#include "jit_test_header.h"
@@ -440,7 +621,7 @@ class JitCompile : public ::testing::Test {
     return r;
   }
   std::string entry_path(const std::string& key) const {
-    return dir_.path() + "/cache/jit-v1/" + key + ".entry";
+    return dir_.path() + "/cache/jit-v2/" + key + ".entry";
   }
   TempDir dir_;
   CacheConfig saved_;
@@ -545,6 +726,40 @@ TEST_F(JitCompile, CorruptEntryIsRecompiled) {
   EXPECT_EQ(third.info().source, CacheSource::kDiskCache) << "the rewritten entry verifies";
 }
 
+TEST_F(JitCompile, AWorldWritableCacheIsNeitherReadNorWritten) {
+  Kernel first;
+  ASSERT_TRUE(compile(request("saxpy"), &first).ok());
+  const std::string dir = dir_.path() + "/cache/" + kCacheSubdirectory;
+  // Only the cache's own files: kernels' entries, NVRTC notes, the key; nothing written
+  // through a predictable name (a planted link there would be followed).
+  for (const auto& item : fs::directory_iterator(dir)) {
+    const std::string name = item.path().filename().string();
+    EXPECT_TRUE(name == "mac.key" || name.size() == 64 + 6 || name.size() == 64 + 5) << name;
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(item.path()))) << name;
+  }
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  ASSERT_TRUE(clear_cache(true, false).ok());
+  Kernel second;
+  ASSERT_TRUE(compile(request("saxpy"), &second).ok());
+  EXPECT_EQ(second.info().source, CacheSource::kCompiled);
+  EXPECT_NE(second.info().not_loaded_reason.find("writable by group or others"), std::string::npos)
+      << second.info().not_loaded_reason;
+  EXPECT_NE(second.info().not_stored_reason.find("writable by group or others"), std::string::npos)
+      << second.info().not_stored_reason;
+  ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+}
+
+TEST_F(JitCompile, ClearRemovesEverythingButTheKey) {
+  Kernel kernel;
+  ASSERT_TRUE(compile(request("saxpy"), &kernel).ok());
+  ASSERT_TRUE(clear_cache().ok());
+  std::vector<std::string> left;
+  for (const auto& item : fs::directory_iterator(dir_.path() + "/cache/" + kCacheSubdirectory)) {
+    left.push_back(item.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"mac.key"});
+}
+
 TEST_F(JitCompile, CompileErrorCarriesTheLogWithFileAndLine) {
   CompileRequest r = request("broken");
   r.source = "extern \"C\" __global__ void broken(float* x) {\n  x[0] = undefined_name;\n}\n";
@@ -610,7 +825,7 @@ TEST_F(JitCompile, ProcessesRacingOnOneDirectory) {
   Kernel kernel;
   ASSERT_TRUE(compile(r, &kernel).ok());
   EXPECT_EQ(kernel.info().source, CacheSource::kDiskCache);
-  EXPECT_FALSE(has_temporary_files(dir_.path() + "/cache/jit-v1"));
+  EXPECT_FALSE(has_temporary_files(dir_.path() + "/cache/jit-v2"));
 }
 
 }  // namespace

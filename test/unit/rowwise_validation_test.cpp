@@ -59,6 +59,29 @@ TEST(RowwiseValidation, Shapes) {
                         StatusCode::kInvalidArgument, {"softmax", "x", "2^63"}));
 }
 
+TEST(RowwiseValidation, SizesWhoseProductsOverflow) {
+  const int64_t big = int64_t{1} << 32;
+  // rows x cols overflows int64 before any span is looked at.
+  EXPECT_TRUE(FailsWith(softmax({kX, big}, {kY, big}, big, big, kF16, nullptr),
+                        StatusCode::kInvalidArgument, {"softmax", "rows", "cols", "64-bit"}));
+  // One row of 2^62 float32 spans 2^64 bytes: refused though there is no second row.
+  const int64_t huge = int64_t{1} << 62;
+  EXPECT_TRUE(FailsWith(softmax({kX, huge}, {kY, huge}, 1, huge, DType::kFloat32, nullptr),
+                        StatusCode::kInvalidArgument, {"softmax", "64-bit"}));
+  EXPECT_TRUE(FailsWith(softmax({kX, huge}, {kY, 8}, 1, 8, DType::kFloat32, nullptr),
+                        StatusCode::kInvalidArgument, {"softmax", "x", "2^63", "row_stride"}));
+  EXPECT_TRUE(FailsWith(softmax({kX, INT64_MAX}, {kY, 8}, 2, 8, kF16, nullptr),
+                        StatusCode::kInvalidArgument, {"softmax", "x", "2^63"}));
+  // The size queries refuse what the ops refuse (no device needed to say so).
+  size_t bytes = 0;
+  EXPECT_TRUE(FailsWith(layer_norm_backward_workspace_size(1, int64_t{1} << 61, kF16, &bytes),
+                        StatusCode::kInvalidArgument,
+                        {"layer_norm_backward_workspace_size", "cols"}));
+  EXPECT_TRUE(FailsWith(rms_norm_backward_workspace_size(big, big, kF16, &bytes),
+                        StatusCode::kInvalidArgument,
+                        {"rms_norm_backward_workspace_size", "rows"}));
+}
+
 TEST(RowwiseValidation, NullAndMisalignedPointers) {
   EXPECT_TRUE(FailsWith(softmax({nullptr, 8}, {kY, 8}, 4, 8, kF16, nullptr),
                         StatusCode::kInvalidArgument, {"softmax", "x", "null"}));

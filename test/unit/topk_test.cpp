@@ -55,6 +55,17 @@ TEST(TopkValidation, SizesAndK) {
                         StatusCode::kInvalidArgument, {"topk", "x", "2^63"}));
 }
 
+TEST(TopkValidation, WorkspaceQueryRefusesWhatWouldWrap) {
+  size_t bytes = 0;
+  EXPECT_TRUE(FailsWith(topk_workspace_size(int64_t{1} << 40, int64_t{1} << 24, 2048, kF32, &bytes),
+                        StatusCode::kInvalidArgument, {"topk", "workspace", "2^62"}));
+  EXPECT_TRUE(FailsWith(topk_workspace_size(INT64_MAX, 65536, 32, kF32, &bytes),
+                        StatusCode::kInvalidArgument, {"topk", "rows"}));
+  // Large but representable: a size, not an error.
+  ASSERT_TRUE(topk_workspace_size(int64_t{1} << 24, 65536, 1024, kF32, &bytes).ok());
+  EXPECT_GT(bytes, size_t{1} << 24);
+}
+
 TEST(TopkValidation, PointersDtypesAndWorkspace) {
   EXPECT_TRUE(FailsWith(Call(4, 8, 2, kDefault, kF32, nullptr), StatusCode::kInvalidArgument,
                         {"topk", "x", "null"}));

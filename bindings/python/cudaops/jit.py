@@ -71,7 +71,7 @@ def cache_dir():
 
 
 def set_cache(*, directory=None, enabled=None, max_bytes=None):
-    """Changes the disk cache of this process: its directory (entries go in <directory>/jit-v1),
+    """Changes the disk cache of this process: its directory (entries go in <directory>/jit-v2),
     whether it is used, and its size bound in bytes. Arguments left None keep their value."""
     _jit_set_cache(None if directory is None else str(directory), enabled, max_bytes)
 

@@ -21,6 +21,9 @@ class ElementwiseCase : public OpCase {
   Status prepare() {
     const int64_t n = dim_value(config_.dims, "n");
     if (n < 0) return Status(StatusCode::kInvalidArgument, "n must be >= 0");
+    int64_t total = 0;
+    if (Status s = checked_elements(arity_ == 2 ? "add" : "add_scalar", "n", {n}, &total); !s.ok())
+      return s;
     for (int i = 0; i < arity_; ++i) {
       host_in_[i] = ref::HostArray(config_.dtype, n);
       ref::fill_random(host_in_[i], config_.seed * 7919 + static_cast<uint64_t>(i));

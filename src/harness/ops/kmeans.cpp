@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -29,7 +30,9 @@ KmeansPoints points_of(const CaseConfig& config) {
   points.n = dim_value(config.dims, "n");
   points.d = dim_value(config.dims, "d");
   const int64_t per16 = 16 / std::max<int64_t>(dtype_size(config.dtype), 1);
-  points.ld = (points.d + per16 - 1) / per16 * per16;
+  // Rounded up only where that cannot wrap; the library refuses such sizes anyway.
+  points.ld = points.d > 0 && points.d < (int64_t{1} << 40) ? (points.d + per16 - 1) / per16 * per16
+                                                            : points.d;
   return points;
 }
 
@@ -62,6 +65,12 @@ class KmeansCase : public OpCase {
     size_t bytes = 0;
     Status status = kmeans_workspace_size(points_, params_, &bytes);
     if (!status.ok()) return status;
+    int64_t elements = 0;
+    for (const auto& [what, a, b, c] : {std::tuple<const char*, int64_t, int64_t, int64_t>{
+                                            "batch x n x ld", batch, n, layout_.ld},
+                                        {"batch x k x d", batch, params_.n_clusters, d}}) {
+      if (Status s = checked_elements("kmeans", what, {a, b, c}, &elements); !s.ok()) return s;
+    }
     // Distinct problems up to 2^24 values; a larger batch repeats them (the timing does not
     // depend on which points they are).
     const int64_t per_problem = n * layout_.ld;

@@ -87,9 +87,13 @@ class RowwiseCase : public OpCase {
     if (rows < 0 || cols < 0 || pad < 0) {
       return Status(StatusCode::kInvalidArgument, "rows, cols and pad must be >= 0");
     }
+    int64_t span = 0;
+    if (pad > (int64_t{1} << 40)) return Status(StatusCode::kInvalidArgument, "pad is too large");
+    if (Status s = checked_elements("rowwise op", "rows x (cols + pad)", {rows, cols + pad}, &span);
+        !s.ok())
+      return s;
     shape_ = {rows, cols, cols + pad};
     const DType dtype = config_.dtype;
-    const int64_t span = rows * shape_.row_stride;
     const uint64_t seed = config_.seed * 7919;
 
     // Inputs: x (or y for softmax_backward), a second matrix (dy or residual) and the weights.

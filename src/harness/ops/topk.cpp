@@ -21,13 +21,18 @@ class TopkCase : public OpCase {
     const int64_t cols = dim_value(config_.dims, "cols");
     const int64_t pad = dim_value(config_.dims, "pad");
     k_ = dim_value(config_.dims, "k");
-    if (rows < 0 || cols < 0 || pad < 0) {
+    if (rows < 0 || cols < 0 || pad < 0 || pad > (int64_t{1} << 40)) {
       return Status(StatusCode::kInvalidArgument, "rows, cols and pad must be >= 0");
     }
     options_.largest = dim_value(config_.dims, "largest", 1) != 0;
     options_.sorted = dim_value(config_.dims, "sorted", 1) != 0;
     options_.index_dtype =
         dim_value(config_.dims, "index32", 0) != 0 ? DType::kInt32 : DType::kInt64;
+    int64_t elements = 0;
+    if (Status s = checked_elements("topk", "rows x (cols + pad)", {rows, cols + pad}, &elements);
+        !s.ok())
+      return s;
+    if (Status s = checked_elements("topk", "rows x k", {rows, k_}, &elements); !s.ok()) return s;
     shape_ = {rows, cols, cols + pad};
     size_t bytes = 0;
     Status status = topk_workspace_size(rows, cols, k_, config_.dtype, &bytes);

@@ -212,6 +212,13 @@ their producers, like every op.)doc")
           "total_ms", [](const jit::Kernel& k) { return k.info().total_ms; },
           "this compile() call, cache lookup included")
       .def_property_readonly("key", [](const jit::Kernel& k) { return k.info().key; })
+      .def_property_readonly(
+          "not_stored_reason", [](const jit::Kernel& k) { return k.info().not_stored_reason; },
+          "why the compiled kernel was not written to the disk cache, or ''")
+      .def_property_readonly(
+          "not_loaded_reason", [](const jit::Kernel& k) { return k.info().not_loaded_reason; },
+          "why a disk cache entry was there but not used (corrupt, or a directory others can "
+          "write), or ''")
       .def_property_readonly("log", [](const jit::Kernel& k) { return k.info().log; })
       .def_property_readonly("ptx", [](const jit::Kernel& k) { return k.ptx(); })
       .def_property_readonly(
@@ -229,7 +236,7 @@ their producers, like every op.)doc")
   m.def("_jit_cache_dir", []() {
     const jit::CacheConfig config = jit::cache_config();
     return config.disk_enabled && !config.directory.empty()
-               ? py::object(py::str(config.directory + "/jit-v1"))
+               ? py::object(py::str(config.directory + "/" + jit::kCacheSubdirectory))
                : py::object(py::none());
   });
   m.def(
