@@ -13,7 +13,8 @@ namespace cudaops {
 //
 // - dtype: kFloat32, kFloat16 or kBFloat16. The arithmetic is done in float32 and the result is
 //   rounded once to dtype.
-// - d_out may equal an input (in place). Partial overlap other than equality is not allowed.
+// - d_out may equal an input (in place); any other overlap with an input is refused
+//   (kInvalidArgument).
 // - Each pointer must be aligned to the element size; 16-byte alignment of all of them (or the
 //   same misalignment for all) gives the vectorised path, any other alignment a slower scalar one.
 // - num_items == 0 launches nothing and succeeds, whatever the pointers.

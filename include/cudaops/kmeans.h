@@ -36,6 +36,8 @@ namespace cudaops {
 //   The centroids are in the working space: with `center`, relative to the mean (written to
 //   `means` when given).
 // - Bitwise repeatable: every sum is taken in a fixed order, with no atomics on the results.
+// - The outputs and the workspace must not overlap the inputs or one another (kInvalidArgument;
+//   points given by offsets are not checked, their extent being on the device).
 // - Asynchronous on `stream`, nothing allocated or synchronised; the workspace is the caller's
 //   (kmeans_workspace_size), so calls can be captured in a CUDA graph.
 

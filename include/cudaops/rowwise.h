@@ -21,7 +21,9 @@ namespace cudaops {
 // - Rows whose start is 16-byte aligned (pointer and row stride) take the vectorised kernels; any
 //   other alignment of the element size takes a slower path with the same results.
 // - An output may be the same matrix as an input of the same call (same pointer, same stride):
-//   each element is read before it is written. Any other overlap is not allowed.
+//   each element is read before it is written. Any other overlap of an output with another
+//   argument is refused (kInvalidArgument); column blocks side by side in one buffer (x = buf[:,
+//   :c], y = buf[:, c:]) do not overlap.
 // - rows == 0 or cols == 0 launches nothing (but for the parameter gradients of the backward
 //   passes, which are then zeros when cols > 0) and succeeds.
 // - Asynchronous on `stream`; nothing is allocated or synchronised, so calls can be captured in a

@@ -26,6 +26,7 @@ namespace cudaops {
 //   first for largest, last for smallest); otherwise in ascending column order.
 // - Rows with more than kTopkTileCols elements are cut into tiles selected in parallel and need
 //   a workspace: topk_workspace_size() says how much (0 otherwise).
+// - values, indices and the workspace must not overlap x or one another (kInvalidArgument).
 // - rows == 0 launches nothing and succeeds. Asynchronous on `stream`; nothing is allocated or
 //   synchronised, so calls can be captured in a CUDA graph.
 //

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -68,6 +69,94 @@ inline Status check_matrix(const char* op, const char* name, const void* data, i
     return Status(StatusCode::kInvalidArgument, text.str());
   }
   return check_pointer(op, name, data, rows * width, dtype);  // rows * width <= span
+}
+
+/// The bytes an argument covers, for the overlap check: a matrix of rows x width elements
+/// (row_stride apart) or a vector (rows 1). Build after the argument's own checks passed (its
+/// span then fits int64). `written`: an output. `aliasable`: a matrix the op may read and write
+/// in place, so that an output and an input that are the same matrix (same pointer and stride)
+/// are allowed.
+struct Region {
+  const char* name = "";
+  uintptr_t begin = 0;
+  uintptr_t end = 0;        // one past the last byte; begin == end when empty
+  uintptr_t stride = 0;     // bytes from one row to the next (0: one contiguous range)
+  uintptr_t row_bytes = 0;  // bytes of each row
+  bool written = false;
+  bool aliasable = false;
+};
+
+inline Region matrix_region(const char* name, const void* data, int64_t row_stride, int64_t rows,
+                            int64_t width, DType dtype, bool written, bool aliasable = true) {
+  Region r;
+  r.name = name;
+  r.written = written;
+  r.aliasable = aliasable;
+  if (data == nullptr || rows <= 0 || width <= 0) return r;
+  const auto size = static_cast<uintptr_t>(dtype_size(dtype));
+  r.begin = reinterpret_cast<uintptr_t>(data);
+  r.end = r.begin + static_cast<uintptr_t>((rows - 1) * row_stride + width) * size;
+  r.stride = rows > 1 ? static_cast<uintptr_t>(row_stride) * size : 0;
+  r.row_bytes = static_cast<uintptr_t>(width) * size;
+  return r;
+}
+
+inline Region vector_region(const char* name, const void* data, int64_t count, DType dtype,
+                            bool written) {
+  return matrix_region(name, data, count, 1, count, dtype, written, false);
+}
+
+/// `bytes` bytes from `data` (a workspace), never aliasable.
+inline Region byte_region(const char* name, const void* data, size_t bytes, bool written) {
+  Region r;
+  r.name = name;
+  r.written = written;
+  if (data == nullptr || bytes == 0) return r;
+  r.begin = reinterpret_cast<uintptr_t>(data);
+  r.end = bytes > UINTPTR_MAX - r.begin ? UINTPTR_MAX : r.begin + bytes;
+  return r;
+}
+
+/// Whether two regions share a byte. Matrices of one row stride are compared row by row, so
+/// that side-by-side column blocks of one buffer (x = buf[:, :c], y = buf[:, c:]) are apart.
+inline bool regions_overlap(const Region& a, const Region& b) {
+  if (a.begin == a.end || b.begin == b.end) return false;
+  if (a.end <= b.begin || b.end <= a.begin) return false;
+  const uintptr_t stride = a.stride != 0 ? a.stride : b.stride;
+  if (stride == 0 || (a.stride != 0 && a.stride != stride) ||
+      (b.stride != 0 && b.stride != stride) || a.row_bytes == 0 || b.row_bytes == 0) {
+    return true;
+  }
+  // The later one's rows begin `offset` bytes into the earlier one's row grid.
+  const Region& lo = a.begin <= b.begin ? a : b;
+  const Region& hi = a.begin <= b.begin ? b : a;
+  const uintptr_t offset = (hi.begin - lo.begin) % stride;
+  return !(offset >= lo.row_bytes && offset + hi.row_bytes <= stride);
+}
+
+/// Refuses two regions that share a byte when one of them is written, but for an output that is
+/// exactly an aliasable input (in place). Pairs of inputs may overlap freely.
+inline Status check_overlaps(const char* op, std::initializer_list<Region> regions) {
+  for (auto a = regions.begin(); a != regions.end(); ++a) {
+    for (auto b = a + 1; b != regions.end(); ++b) {
+      if (!a->written && !b->written) continue;
+      if (!regions_overlap(*a, *b)) continue;
+      const bool same = a->begin == b->begin && a->end == b->end && a->stride == b->stride;
+      if (same && a->aliasable && b->aliasable && a->written != b->written) continue;
+      std::ostringstream text;
+      text << op << ": " << a->name << " and " << b->name << " overlap";
+      if (same && a->written && b->written) {
+        text << " (both are written: they must be distinct)";
+      } else if (same) {
+        text << " (only an output and an input of the same matrix may be one array)";
+      } else {
+        text << " without being the same " << (a->aliasable && b->aliasable ? "matrix" : "array")
+             << "; only exact in-place use is allowed";
+      }
+      return Status(StatusCode::kInvalidArgument, text.str());
+    }
+  }
+  return Status();
 }
 
 inline bool is_float_dtype(DType dtype) {

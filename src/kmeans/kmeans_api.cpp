@@ -298,6 +298,19 @@ Status kmeans_workspace_size(const KmeansPoints& points, const KmeansParams& par
   return Status();
 }
 
+namespace {
+
+// The bytes the points cover when their extent is known on the host (a strided batch); with
+// offsets (on the device) it is not, and the region is empty.
+detail::Region points_region(const KmeansPoints& p) {
+  if (p.offsets != nullptr || p.batch == 0 || p.n == 0) return detail::Region{"points.data"};
+  const int64_t elements = (p.batch - 1) * p.batch_stride + (p.n - 1) * p.ld + p.d;  // checked
+  return detail::byte_region("points.data", p.data,
+                             static_cast<size_t>(elements) * dtype_size(p.dtype), false);
+}
+
+}  // namespace
+
 Status kmeans(const KmeansPoints& points, const KmeansParams& params, const KmeansResult& result,
               void* d_workspace, size_t workspace_bytes, cudaStream_t stream) {
   KmeansPoints p = points;
@@ -344,6 +357,21 @@ Status kmeans(const KmeansPoints& points, const KmeansParams& params, const Kmea
       p.batch * ((p.n + 255) / 256 + 1) > std::numeric_limits<int32_t>::max()) {
     return detail::kmeans::invalid(kFit, "points.batch * points.n is too large for one launch");
   }
+  const size_t centroid_bytes = static_cast<size_t>(bk * p.d) * dtype_size(result.centroid_dtype);
+  if (Status s = detail::check_overlaps(
+          kFit,
+          {points_region(p),
+           detail::byte_region("result.centroids", result.centroids, centroid_bytes, true),
+           detail::byte_region("result.labels", result.labels,
+                               static_cast<size_t>(p.batch * p.n) * 4, true),
+           detail::byte_region("result.sizes", result.sizes, static_cast<size_t>(bk) * 4, true),
+           detail::byte_region("result.objective", result.objective,
+                               static_cast<size_t>(p.batch) * 4, true),
+           detail::byte_region("result.means", result.means, static_cast<size_t>(p.batch * p.d) * 4,
+                               true),
+           detail::byte_region("d_workspace", d_workspace, layout.bytes, true)});
+      !s.ok())
+    return s;
   if (p.batch == 0) return Status();
   if (Status s = require_tensor_cores(kFit); !s.ok()) return s;
   Call call = make_call(p, layout, d_workspace, k, params.metric);
@@ -418,6 +446,19 @@ Status kmeans_assign(const KmeansPoints& points, const KmeansCentroids& centroid
       p.batch * ((p.n + 255) / 256 + 1) > std::numeric_limits<int32_t>::max()) {
     return detail::kmeans::invalid(kAssign, "points.batch * points.n is too large for one launch");
   }
+  if (Status s = detail::check_overlaps(
+          kAssign,
+          {points_region(p),
+           detail::byte_region("centroids.data", centroids.data,
+                               static_cast<size_t>(p.batch * k * p.d) * dtype_size(centroids.dtype),
+                               false),
+           detail::byte_region("centroids.means", centroids.means,
+                               static_cast<size_t>(p.batch * p.d) * 4, false),
+           detail::byte_region("d_labels", d_labels, static_cast<size_t>(work) * 4, true),
+           detail::byte_region("d_distances", d_distances, static_cast<size_t>(work) * 4, true),
+           detail::byte_region("d_workspace", d_workspace, layout.bytes, true)});
+      !s.ok())
+    return s;
   if (work == 0) return Status();
   if (Status s = require_tensor_cores(kAssign); !s.ok()) return s;
   Call call = make_call(p, layout, d_workspace, k, metric);

@@ -106,7 +106,10 @@ Status plan_norm_backward(const char* op, bool layer, int64_t rows, int64_t cols
 
 using namespace detail::rowwise;  // NOLINT(google-build-using-namespace): the norms' host side
 using detail::check_float_dtype;
+using detail::check_overlaps;
 using detail::check_pointer;
+using detail::matrix_region;
+using detail::vector_region;
 
 Status layer_norm(ConstMatrixRef x, const void* d_weight, const void* d_bias, MatrixRef y,
                   float* d_mean, float* d_rstd, int64_t rows, int64_t cols, float eps, DType dtype,
@@ -128,6 +131,15 @@ Status layer_norm(ConstMatrixRef x, const void* d_weight, const void* d_bias, Ma
     if (Status s = check_pointer(kOp, "rstd", d_rstd, stats, DType::kFloat32); !s.ok()) return s;
   }
   if (rows == 0 || cols == 0) return Status();
+  if (Status s =
+          check_overlaps(kOp, {matrix_region("x", x.data, x.row_stride, rows, cols, dtype, false),
+                               vector_region("weight", d_weight, cols, dtype, false),
+                               vector_region("bias", d_bias, cols, dtype, false),
+                               matrix_region("y", y.data, y.row_stride, rows, cols, dtype, true),
+                               vector_region("mean", d_mean, rows, DType::kFloat32, true),
+                               vector_region("rstd", d_rstd, rows, DType::kFloat32, true)});
+      !s.ok())
+    return s;
   const bool aligned = rows_aligned16(x.data, x.row_stride, dtype) &&
                        rows_aligned16(y.data, y.row_stride, dtype) && aligned16(d_weight) &&
                        aligned16(d_bias);
@@ -152,6 +164,13 @@ Status rms_norm(ConstMatrixRef x, const void* d_weight, MatrixRef y, float* d_rs
       return s;
   }
   if (rows == 0 || cols == 0) return Status();
+  if (Status s =
+          check_overlaps(kOp, {matrix_region("x", x.data, x.row_stride, rows, cols, dtype, false),
+                               vector_region("weight", d_weight, cols, dtype, false),
+                               matrix_region("y", y.data, y.row_stride, rows, cols, dtype, true),
+                               vector_region("rstd", d_rstd, rows, DType::kFloat32, true)});
+      !s.ok())
+    return s;
   const bool aligned = rows_aligned16(x.data, x.row_stride, dtype) &&
                        rows_aligned16(y.data, y.row_stride, dtype) && aligned16(d_weight);
   const NormArgs<void> a{x.data,       x.row_stride, nullptr, 0,    d_weight, nullptr, y.data,
@@ -173,6 +192,14 @@ Status fused_add_rms_norm(MatrixRef x, MatrixRef residual, const void* d_weight,
     return s;
   if (Status s = check_pointer(kOp, "weight", d_weight, work, dtype); !s.ok()) return s;
   if (rows == 0 || cols == 0) return Status();
+  // x and residual are both read and written: they must be distinct.
+  if (Status s = check_overlaps(
+          kOp,
+          {matrix_region("x", x.data, x.row_stride, rows, cols, dtype, true),
+           matrix_region("residual", residual.data, residual.row_stride, rows, cols, dtype, true),
+           vector_region("weight", d_weight, cols, dtype, false)});
+      !s.ok())
+    return s;
   const bool aligned = rows_aligned16(x.data, x.row_stride, dtype) &&
                        rows_aligned16(residual.data, residual.row_stride, dtype) &&
                        aligned16(d_weight);
@@ -210,6 +237,11 @@ Status check_backward_common(const char* op, ConstMatrixRef dy, ConstMatrixRef x
   return check_pointer(op, "dweight", d_dweight, cols, dtype);
 }
 
+// The workspace as the caller sized it (the op uses a prefix of it): it is written.
+detail::Region workspace_region(void* d_workspace, size_t workspace_bytes) {
+  return detail::byte_region("workspace", d_workspace, workspace_bytes, true);
+}
+
 bool backward_aligned(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight, MatrixRef dx,
                       DType dtype) {
   return rows_aligned16(dy.data, dy.row_stride, dtype) &&
@@ -232,6 +264,18 @@ Status layer_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_we
     return s;
   if (Status s = check_pointer(kOp, "dbias", d_dbias, cols, dtype); !s.ok()) return s;
   if (cols == 0) return Status();
+  if (Status s = check_overlaps(
+          kOp, {matrix_region("dy", dy.data, dy.row_stride, rows, cols, dtype, false),
+                matrix_region("x", x.data, x.row_stride, rows, cols, dtype, false),
+                vector_region("weight", d_weight, cols, dtype, false),
+                vector_region("mean", d_mean, rows, DType::kFloat32, false),
+                vector_region("rstd", d_rstd, rows, DType::kFloat32, false),
+                matrix_region("dx", dx.data, dx.row_stride, rows, cols, dtype, true),
+                vector_region("dweight", d_dweight, cols, dtype, true),
+                vector_region("dbias", d_dbias, cols, dtype, true),
+                workspace_region(d_workspace, workspace_bytes)});
+      !s.ok())
+    return s;
   const NormBackwardArgs<void> a{dy.data, dy.row_stride, x.data,  x.row_stride,  d_weight,
                                  d_mean,  d_rstd,        dx.data, dx.row_stride, nullptr,
                                  0,       rows,          cols};
@@ -249,6 +293,16 @@ Status rms_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weig
       !s.ok())
     return s;
   if (cols == 0) return Status();
+  if (Status s = check_overlaps(
+          kOp, {matrix_region("dy", dy.data, dy.row_stride, rows, cols, dtype, false),
+                matrix_region("x", x.data, x.row_stride, rows, cols, dtype, false),
+                vector_region("weight", d_weight, cols, dtype, false),
+                vector_region("rstd", d_rstd, rows, DType::kFloat32, false),
+                matrix_region("dx", dx.data, dx.row_stride, rows, cols, dtype, true),
+                vector_region("dweight", d_dweight, cols, dtype, true),
+                workspace_region(d_workspace, workspace_bytes)});
+      !s.ok())
+    return s;
   const NormBackwardArgs<void> a{dy.data, dy.row_stride, x.data,  x.row_stride,  d_weight,
                                  nullptr, d_rstd,        dx.data, dx.row_stride, nullptr,
                                  0,       rows,          cols};

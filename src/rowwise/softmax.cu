@@ -503,6 +503,11 @@ Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols, DType 
   if (Status s = check_matrix(kOp, "x", x.data, x.row_stride, rows, cols, dtype); !s.ok()) return s;
   if (Status s = check_matrix(kOp, "y", y.data, y.row_stride, rows, cols, dtype); !s.ok()) return s;
   if (rows == 0 || cols == 0) return Status();
+  if (Status s = detail::check_overlaps(
+          kOp, {detail::matrix_region("x", x.data, x.row_stride, rows, cols, dtype, false),
+                detail::matrix_region("y", y.data, y.row_stride, rows, cols, dtype, true)});
+      !s.ok())
+    return s;
   const bool aligned =
       rows_aligned16(x.data, x.row_stride, dtype) && rows_aligned16(y.data, y.row_stride, dtype);
   return softmax_ladder(kOp, x, y, rows, cols, dtype, aligned, stream, nullptr);
@@ -519,6 +524,12 @@ Status softmax_backward(ConstMatrixRef y, ConstMatrixRef dy, MatrixRef dx, int64
   if (Status s = check_matrix(kOp, "dx", dx.data, dx.row_stride, rows, cols, dtype); !s.ok())
     return s;
   if (rows == 0 || cols == 0) return Status();
+  if (Status s = detail::check_overlaps(
+          kOp, {detail::matrix_region("y", y.data, y.row_stride, rows, cols, dtype, false),
+                detail::matrix_region("dy", dy.data, dy.row_stride, rows, cols, dtype, false),
+                detail::matrix_region("dx", dx.data, dx.row_stride, rows, cols, dtype, true)});
+      !s.ok())
+    return s;
   const bool aligned = rows_aligned16(y.data, y.row_stride, dtype) &&
                        rows_aligned16(dy.data, dy.row_stride, dtype) &&
                        rows_aligned16(dx.data, dx.row_stride, dtype);

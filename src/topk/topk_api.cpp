@@ -79,6 +79,15 @@ Status topk(ConstMatrixRef x, MatrixRef values, MatrixRef indices, int64_t rows,
   // Planned once: the launches follow the same plan.
   const detail::topk::Plan plan = detail::topk::make_plan(rows, cols, k);
   const size_t needed = plan.workspace_bytes;
+  if (Status s = detail::check_overlaps(
+          kOp, {detail::matrix_region("x", x.data, x.row_stride, rows, cols, dtype, false),
+                detail::matrix_region("values", values.data, values.row_stride, rows, k, dtype,
+                                      true, false),
+                detail::matrix_region("indices", indices.data, indices.row_stride, rows, k,
+                                      options.index_dtype, true, false),
+                detail::byte_region("d_workspace", d_workspace, needed, true)});
+      !s.ok())
+    return s;
   if (needed > 0) {
     if (workspace_bytes < needed) {
       std::ostringstream text;

@@ -224,3 +224,40 @@ def test_results_memory_is_kept_for_the_next_call_until_empty_cache():
     torch.cuda.synchronize()
     cudaops.empty_cache()
     assert cudaops.memory_reserved(dev) < kept
+
+
+def test_partial_overlap_refused_in_place_allowed(path):
+    a = torch.arange(64, device="cuda", dtype=torch.float32)
+    b = torch.ones(63, device="cuda", dtype=torch.float32)
+    before = a.clone()
+    with pytest.raises(ValueError, match=r"add: d_a and d_out overlap without being the same"):
+        cudaops.add(a[:-1], b, out=a[1:])
+    torch.cuda.synchronize()
+    assert torch.equal(a, before), "nothing was written"
+    cudaops.add(a[:-1], b, out=a[:-1])  # exactly in place
+    torch.cuda.synchronize()
+    assert torch.equal(a[:-1], before[:-1] + 1)
+
+
+def test_array_dlpack_stream_values():
+    a = cudaops.Array((4,), "float32")
+    for bad in (0, -2):
+        with pytest.raises(ValueError, match=rf"__dlpack__: stream {bad} is not allowed for CUDA"):
+            a.__dlpack__(stream=bad)
+    with pytest.raises(TypeError, match=r"__dlpack__: stream: the value must be an int"):
+        a.__dlpack__(stream="default")
+    a.__dlpack__(stream=-1)  # no ordering asked: allowed
+
+
+def test_failure_after_allocating_frees_on_the_ops_stream(path):
+    # The results are made before the op refuses eps: they go back to the pool after the op's
+    # stream, and the pool stays usable.
+    x = torch.randn(64, 256, device="cuda")
+    w = torch.ones(256, device="cuda")
+    s = torch.cuda.Stream()
+    for _ in range(3):
+        with pytest.raises(ValueError, match=r"rms_norm: eps must be > 0"):
+            cudaops.rms_norm(x, w, -1.0, return_rstd=True, stream=s.cuda_stream)
+    y = cudaops.rms_norm(x, w, 1e-6)
+    torch.cuda.synchronize()
+    assert torch.isfinite(y).all()

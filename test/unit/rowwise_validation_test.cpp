@@ -82,6 +82,38 @@ TEST(RowwiseValidation, SizesWhoseProductsOverflow) {
                         {"rms_norm_backward_workspace_size", "rows"}));
 }
 
+TEST(RowwiseValidation, OverlapsOtherThanExactInPlace) {
+  auto* x = static_cast<char*>(kX);
+  // y one row into x: refused.
+  EXPECT_TRUE(FailsWith(softmax({x, 8}, {x + 16, 8}, 4, 8, kF16, nullptr),
+                        StatusCode::kInvalidArgument, {"softmax", "x", "y", "overlap"}));
+  // y = buf[:, 8:16] beside x = buf[:, :8] (stride 16): apart, so validation passes (and,
+  // without a device, the launch fails).
+  if (!harness::cuda_device_usable(nullptr)) {
+    EXPECT_EQ(softmax({x, 16}, {x + 16, 16}, 4, 8, kF16, nullptr).code(), StatusCode::kCudaError);
+  }
+  EXPECT_TRUE(FailsWith(softmax({x, 16}, {x + 14, 16}, 4, 8, kF16, nullptr),
+                        StatusCode::kInvalidArgument, {"softmax", "overlap"}));
+  // Same pointer, another stride: not the same matrix.
+  EXPECT_TRUE(FailsWith(softmax({x, 16}, {x, 8}, 4, 8, kF16, nullptr), StatusCode::kInvalidArgument,
+                        {"softmax", "overlap"}));
+  EXPECT_TRUE(FailsWith(softmax_backward({kX, 8}, {kY, 8}, {x + 2, 8}, 4, 8, kF16, nullptr),
+                        StatusCode::kInvalidArgument, {"softmax_backward", "y", "dx"}));
+  // fused_add_rms_norm writes both: even the same matrix is refused.
+  EXPECT_TRUE(FailsWith(fused_add_rms_norm({kX, 8}, {kX, 8}, kW, 4, 8, 1e-6f, kF16, nullptr),
+                        StatusCode::kInvalidArgument,
+                        {"fused_add_rms_norm", "x", "residual", "both are written"}));
+  // Statistics over the output, a weight under the output.
+  EXPECT_TRUE(FailsWith(layer_norm({kX, 8}, kW, kB, {kY, 8}, static_cast<float*>(kY), kStats, 4, 8,
+                                   1e-5f, kF16, nullptr),
+                        StatusCode::kInvalidArgument, {"layer_norm", "y", "mean"}));
+  EXPECT_TRUE(FailsWith(rms_norm({kX, 8}, kY, {kY, 8}, nullptr, 4, 8, 1e-5f, kF16, nullptr),
+                        StatusCode::kInvalidArgument, {"rms_norm", "weight", "y"}));
+  EXPECT_TRUE(FailsWith(rms_norm_backward({kX, 8}, {kY, 8}, kW, kStats, {kB, 8}, kB, kWork,
+                                          size_t{1} << 20, 4, 8, kF16, nullptr),
+                        StatusCode::kInvalidArgument, {"rms_norm_backward", "dx", "dweight"}));
+}
+
 TEST(RowwiseValidation, NullAndMisalignedPointers) {
   EXPECT_TRUE(FailsWith(softmax({nullptr, 8}, {kY, 8}, 4, 8, kF16, nullptr),
                         StatusCode::kInvalidArgument, {"softmax", "x", "null"}));

@@ -20,10 +20,11 @@ namespace {
 using testing::FailsWith;
 using testing::fake;
 
-void* const kX = fake(0x100000);
-void* const kV = fake(0x200000);
-void* const kI = fake(0x300000);
-void* const kWork = fake(0x400000);
+// Far enough apart that no test's arrays overlap (overlap is an error of its own).
+void* const kX = fake(uintptr_t{1} << 40);
+void* const kV = fake(uintptr_t{2} << 40);
+void* const kI = fake(uintptr_t{3} << 40);
+void* const kWork = fake(uintptr_t{4} << 40);
 constexpr DType kF32 = DType::kFloat32;
 const TopkOptions kDefault{};
 
@@ -53,6 +54,16 @@ TEST(TopkValidation, SizesAndK) {
                 StatusCode::kInvalidArgument, {"topk", "values", "row_stride"}));
   EXPECT_TRUE(FailsWith(Call(16, 8, 2, kDefault, kF32, kX, kV, kI, kWork, 0, int64_t{1} << 62),
                         StatusCode::kInvalidArgument, {"topk", "x", "2^63"}));
+}
+
+TEST(TopkValidation, OutputsMustNotOverlap) {
+  auto* x = static_cast<char*>(kX);
+  EXPECT_TRUE(FailsWith(Call(4, 100, 8, kDefault, kF32, x, x + 64), StatusCode::kInvalidArgument,
+                        {"topk", "x", "values", "overlap"}));
+  EXPECT_TRUE(FailsWith(Call(4, 100, 8, kDefault, kF32, kX, kV, kV), StatusCode::kInvalidArgument,
+                        {"topk", "values", "indices"}));
+  EXPECT_TRUE(FailsWith(Call(4, 100000, 16, kDefault, kF32, kX, kV, kI, kV),
+                        StatusCode::kInvalidArgument, {"topk", "values", "d_workspace"}));
 }
 
 TEST(TopkValidation, WorkspaceQueryRefusesWhatWouldWrap) {
@@ -88,8 +99,9 @@ TEST(TopkValidation, PointersDtypesAndWorkspace) {
                         StatusCode::kWorkspaceTooSmall, {"topk", "workspace_bytes"}));
   EXPECT_TRUE(FailsWith(Call(4, 100000, 16, kDefault, kF32, kX, kV, kI, nullptr, bytes),
                         StatusCode::kInvalidArgument, {"topk", "d_workspace", "null"}));
-  EXPECT_TRUE(FailsWith(Call(4, 100000, 16, kDefault, kF32, kX, kV, kI, fake(0x400008), bytes),
-                        StatusCode::kMisaligned, {"topk", "d_workspace", "16"}));
+  EXPECT_TRUE(FailsWith(
+      Call(4, 100000, 16, kDefault, kF32, kX, kV, kI, fake((uintptr_t{4} << 40) + 8), bytes),
+      StatusCode::kMisaligned, {"topk", "d_workspace", "16"}));
   EXPECT_TRUE(FailsWith(topk_workspace_size(4, 8, 2, kF32, nullptr), StatusCode::kInvalidArgument,
                         {"topk", "bytes"}));
   EXPECT_TRUE(FailsWith(topk_workspace_size(4, 8, 9, kF32, &bytes), StatusCode::kInvalidArgument,

@@ -68,6 +68,28 @@ TEST(AddValidation, ValidArgumentsWithoutDeviceReportCudaError) {
   EXPECT_NE(status.message().find("add"), std::string::npos) << status.message();
 }
 
+TEST(AddValidation, PartialOverlapIsRefusedExactAliasingIsNot) {
+  auto* a = static_cast<char*>(kA);
+  // out = a shifted by one element (add(a[:-1], b, out=a[1:])): refused, nothing launched.
+  EXPECT_TRUE(FailsWith(add(a, kB, a + 4, 100, DType::kFloat32, nullptr),
+                        StatusCode::kInvalidArgument, {"add", "d_a", "d_out", "overlap"}));
+  EXPECT_TRUE(FailsWith(add(kB, a, a - 2, 100, DType::kFloat16, nullptr),
+                        StatusCode::kInvalidArgument, {"add", "d_b", "d_out", "overlap"}));
+  EXPECT_TRUE(FailsWith(add_scalar(a, 1.0f, a + 8, 100, DType::kFloat32, nullptr),
+                        StatusCode::kInvalidArgument, {"add_scalar", "overlap"}));
+  // Inputs may overlap each other; an output may be an input exactly. Without a device these
+  // reach the launch and fail there, not in validation.
+  if (harness::cuda_device_usable(nullptr)) GTEST_SKIP() << "a CUDA device is visible";
+  EXPECT_EQ(add(a, a + 4, kOut, 100, DType::kFloat32, nullptr).code(), StatusCode::kCudaError);
+  EXPECT_EQ(add(a, kB, a, 100, DType::kFloat32, nullptr).code(), StatusCode::kCudaError);
+  EXPECT_EQ(add_scalar(a, 1.0f, a, 100, DType::kFloat32, nullptr).code(), StatusCode::kCudaError);
+}
+
+TEST(AddValidation, CountsWhoseBytesOverflow) {
+  EXPECT_TRUE(FailsWith(add(kA, kB, kOut, INT64_MAX / 2, DType::kFloat32, nullptr),
+                        StatusCode::kInvalidArgument, {"add", "d_a", "2^63"}));
+}
+
 TEST(AddScalarValidation, Arguments) {
   EXPECT_TRUE(FailsWith(add_scalar(nullptr, 1.0f, kOut, 3, DType::kFloat32, nullptr),
                         StatusCode::kInvalidArgument, {"add_scalar", "d_a"}));

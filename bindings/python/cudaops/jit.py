@@ -12,6 +12,8 @@
 NVRTC options (``-DN=4``, ``-I/path``, ``-std=c++20``, ``-lineinfo``, ``--use_fast_math``,
 ``-arch=sm_90``; without ``-arch`` the current device's architecture). Array arguments are any
 CUDA array (DLPack or ``__cuda_array_interface__``), passed as a pointer to their first element;
+a kernel may write any array it is given, so a read-only array (a JAX array, a read-only DLPack
+export) is refused unless wrapped in :func:`readonly`, the caller's promise not to write it;
 scalars must be typed with the classes below, and their size is checked against the kernel's
 parameter. The cache (``$CUDAOPS_CACHE_DIR``, else ``~/.cache/cudaops``; ``CUDAOPS_JIT_CACHE=0``
 disables it) is keyed by the source, options, NVRTC version, architecture, library version and
@@ -43,6 +45,7 @@ __all__ = [
     "int32",
     "int64",
     "nvrtc_version",
+    "readonly",
     "set_cache",
     "uint8",
     "uint16",
@@ -74,6 +77,19 @@ def set_cache(*, directory=None, enabled=None, max_bytes=None):
     """Changes the disk cache of this process: its directory (entries go in <directory>/jit-v2),
     whether it is used, and its size bound in bytes. Arguments left None keep their value."""
     _jit_set_cache(None if directory is None else str(directory), enabled, max_bytes)
+
+
+class readonly:  # noqa: N801 - reads as a marker at the call: k(grid, block, jit.readonly(x))
+    """Passes a read-only array to a kernel that only reads it: the caller promises that the
+    kernel does not write it (nothing checks the promise)."""
+
+    __slots__ = ("__cudaops_readonly__",)
+
+    def __init__(self, array):
+        self.__cudaops_readonly__ = array
+
+    def __repr__(self):
+        return f"cudaops.jit.readonly({self.__cudaops_readonly__!r})"
 
 
 def nvrtc_version():

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "dlpack.h"
+#include "import_detail.h"
 
 namespace cudaops::python {
 
@@ -142,6 +143,24 @@ void Array::mark_ready(cudaStream_t stream, const char* op) {
   check_cuda(cudaEventRecord(memory_->ready, stream), std::string(op) + ": cudaEventRecord");
 }
 
+void Array::mark_ready_noexcept(cudaStream_t stream) noexcept {
+  stream_ = stream;
+  if (memory_->ptr == nullptr) return;
+  if (memory_->ready == nullptr &&
+      cudaEventCreateWithFlags(&memory_->ready, cudaEventDisableTiming) != cudaSuccess) {
+    memory_->ready = nullptr;
+    // No event: the free waits for the whole stream instead.
+    (void)cudaGetLastError();
+    (void)cudaStreamSynchronize(stream);
+    return;
+  }
+  if (cudaEventRecord(memory_->ready, stream) != cudaSuccess) {
+    (void)cudaGetLastError();
+    (void)cudaStreamSynchronize(stream);
+    (void)cudaGetLastError();
+  }
+}
+
 void Array::order_before(cudaStream_t consumer) const {
   if (memory_->ready == nullptr || same_stream(consumer, stream_)) return;
   DeviceGuard guard(memory_->device, "cudaops.Array.__dlpack__");
@@ -234,8 +253,18 @@ py::object dlpack(py::object self, py::object stream, py::object max_version, py
     throw py::error_already_set();
   }
   // The consumer's stream waits for the op that produced the array (-1: the consumer orders it).
+  // DLPack for CUDA: None or 1 the legacy default stream, 2 the per-thread one, -1 no ordering,
+  // any other positive value a stream handle; 0 is disallowed as ambiguous.
   int64_t stream_value = 1;
-  if (!stream.is_none()) stream_value = stream.cast<int64_t>();
+  if (!stream.is_none()) {
+    stream_value = detail::as_int(stream, "cudaops.Array.__dlpack__", "stream", "the value");
+    if (stream_value == 0 || stream_value < -1) {
+      throw py::value_error(
+          "cudaops.Array.__dlpack__: stream " + std::to_string(stream_value) +
+          " is not allowed for CUDA; expected None, -1 (no ordering), 1 (legacy default), 2 "
+          "(per-thread default) or a stream handle");
+    }
+  }
   if (stream_value != -1) array.order_before(stream_from_protocol_value(stream_value));
 
   bool versioned = false;

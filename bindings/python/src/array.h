@@ -39,6 +39,8 @@ class Array {
 
   /// Records that everything queued on `stream` so far produces this array's contents.
   void mark_ready(cudaStream_t stream, const char* op);
+  /// mark_ready for an error path: never throws (without an event, it waits for `stream`).
+  void mark_ready_noexcept(cudaStream_t stream) noexcept;
   /// Makes `consumer` wait until the contents are produced (no-op without a pending producer).
   void order_before(cudaStream_t consumer) const;
 

@@ -37,6 +37,16 @@ bool ArrayView::c_contiguous() const {
 CallContext::CallContext(const char* op, py::handle stream)
     : op_(op), stream_(parse_stream(stream, op)) {}
 
+CallContext::~CallContext() {
+  if (done_) return;
+  for (auto& array : results_) {
+    if (array != nullptr) array->mark_ready_noexcept(stream_.handle);
+  }
+  for (auto& array : scratch_) {
+    if (array != nullptr) array->mark_ready_noexcept(stream_.handle);
+  }
+}
+
 ArrayView CallContext::import(py::handle obj, const char* name, Access access, Elements elements) {
   ArrayView view;
   view.name = name;

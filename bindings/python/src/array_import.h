@@ -60,6 +60,11 @@ struct ArrayView {
 class CallContext {
  public:
   CallContext(const char* op, py::handle stream);
+  /// A call that ends by an exception, possibly after launching part of its work: its new
+  /// results and scratch go back to the pool after the op's stream, not before.
+  ~CallContext();
+  CallContext(const CallContext&) = delete;
+  CallContext& operator=(const CallContext&) = delete;
 
   const char* op() const { return op_; }
   cudaStream_t stream() const { return stream_.handle; }

@@ -128,11 +128,23 @@ void order_after(cudaStream_t producer, cudaStream_t consumer, const char* op) {
   if (same_stream(producer, consumer)) return;
   // One event per device and thread, reused: a wait captures the event's state when it is
   // called, so re-recording it later does not disturb earlier waits.
-  thread_local std::vector<cudaEvent_t> events;
+  // Destroyed with the thread (errors ignored: at process exit the runtime may be gone).
+  struct Events {
+    std::vector<cudaEvent_t> by_device;
+    ~Events() {
+      for (cudaEvent_t event : by_device) {
+        if (event != nullptr) (void)cudaEventDestroy(event);
+      }
+      (void)cudaGetLastError();
+    }
+  };
+  thread_local Events events;
   int device = 0;
   check_cuda(cudaGetDevice(&device), std::string(op) + ": cudaGetDevice");
-  if (events.size() <= static_cast<size_t>(device)) events.resize(device + 1, nullptr);
-  cudaEvent_t& event = events[device];
+  if (events.by_device.size() <= static_cast<size_t>(device)) {
+    events.by_device.resize(static_cast<size_t>(device) + 1, nullptr);
+  }
+  cudaEvent_t& event = events.by_device[static_cast<size_t>(device)];
   if (event == nullptr) {
     check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
                std::string(op) + ": cudaEventCreate");

@@ -15,6 +15,9 @@
 namespace cudaops::python::detail {
 
 /// "op: name: ", the start of every message about an argument.
+/// The most dimensions an imported array may have: a producer's ndim is not trusted beyond it.
+inline constexpr int kMaxDims = 64;
+
 inline std::string prefix(const char* op, const std::string& name) {
   return std::string(op) + ": " + name + ": ";
 }

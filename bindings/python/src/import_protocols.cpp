@@ -21,7 +21,12 @@ const dl::ExchangeAPI* exchange_api_of(py::handle obj) {
   }
   const dl::ExchangeAPI* api = nullptr;
   PyObject* t = reinterpret_cast<PyObject*>(type);
-  if (PyObject* capsule = PyObject_GetAttrString(t, "__dlpack_c_exchange_api__")) {
+  // The table is trusted only on a type that is a DLPack producer (has __dlpack__): an attribute
+  // of that name on anything else is not taken as an address to call through.
+  const bool producer = PyObject_HasAttrString(t, "__dlpack__") != 0;
+  if (!producer) {
+    PyErr_Clear();
+  } else if (PyObject* capsule = PyObject_GetAttrString(t, "__dlpack_c_exchange_api__")) {
     if (PyCapsule_IsValid(capsule, dl::kExchangeAPICapsule)) {
       api = static_cast<const dl::ExchangeAPI*>(
           PyCapsule_GetPointer(capsule, dl::kExchangeAPICapsule));
@@ -57,10 +62,25 @@ void fill_from_tensor(ArrayView& view, const dl::Tensor& tensor, Elements elemen
                       const char* op) {
   const std::string& name = view.name;
   require_cuda_device_type(tensor.device.device_type, op, name);
+  if (tensor.device.device_id < 0) {
+    throw py::value_error(prefix(op, name) + "DLPack device id " +
+                          std::to_string(tensor.device.device_id) + " is negative");
+  }
   view.device = tensor.device.device_id;
   set_dl_type(view, tensor.dtype, elements, op);
-  if (tensor.ndim < 0 || (tensor.ndim > 0 && tensor.shape == nullptr)) {
-    throw py::value_error(prefix(op, name) + "DLPack tensor with an invalid shape");
+  // Every field is checked before it is read through: a producer's ndim is trusted no further
+  // than kMaxDims, and shape/strides only when non-null.
+  if (tensor.ndim < 0 || tensor.ndim > kMaxDims) {
+    throw py::value_error(prefix(op, name) + "DLPack ndim " + std::to_string(tensor.ndim) +
+                          " is outside [0, " + std::to_string(kMaxDims) + "]");
+  }
+  if (tensor.ndim > 0 && tensor.shape == nullptr) {
+    throw py::value_error(prefix(op, name) + "DLPack tensor with " + std::to_string(tensor.ndim) +
+                          " dimensions and no shape");
+  }
+  if (tensor.byte_offset > static_cast<uint64_t>(INT64_MAX)) {
+    throw py::value_error(prefix(op, name) + "DLPack byte_offset " +
+                          std::to_string(tensor.byte_offset) + " is not a valid offset");
   }
   view.shape.assign(tensor.shape, tensor.shape + tensor.ndim);
   if (tensor.strides == nullptr) {
@@ -165,7 +185,10 @@ void import_cai(py::handle obj, ArrayView& view, Elements elements, const char* 
     return item == nullptr ? py::object() : py::reinterpret_borrow<py::object>(item);
   };
   py::object version = get("version");
-  const int64_t v = version ? as_int(version, op, name, "__cuda_array_interface__ 'version'") : -1;
+  if (!version) {
+    throw py::type_error(prefix(op, name) + "__cuda_array_interface__ has no 'version'");
+  }
+  const int64_t v = as_int(version, op, name, "__cuda_array_interface__ 'version'");
   if (v != 2 && v != 3) {
     throw py::value_error(prefix(op, name) + "__cuda_array_interface__ version " +
                           std::to_string(v) + " is not supported (expected 2 or 3)");
@@ -183,6 +206,11 @@ void import_cai(py::handle obj, ArrayView& view, Elements elements, const char* 
   py::object shape = get("shape");
   if (!shape) throw py::type_error(prefix(op, name) + "__cuda_array_interface__ has no 'shape'");
   view.shape = int_tuple(shape, op, name, "__cuda_array_interface__ 'shape'");
+  if (view.shape.size() > static_cast<size_t>(kMaxDims)) {
+    throw py::value_error(prefix(op, name) + "__cuda_array_interface__ 'shape' has " +
+                          std::to_string(view.shape.size()) + " dimensions; at most " +
+                          std::to_string(kMaxDims) + " are supported");
+  }
   py::object strides = get("strides");
   if (!strides || strides.is_none()) {
     view.strides = contiguous_strides(view.shape);
@@ -209,13 +237,34 @@ void import_cai(py::handle obj, ArrayView& view, Elements elements, const char* 
     throw py::type_error(prefix(op, name) +
                          "__cuda_array_interface__ 'data' must be a (pointer, read_only) tuple");
   }
-  const int64_t ptr = as_int(PyTuple_GET_ITEM(data.ptr(), 0), op, name, "data pointer");
+  const int64_t ptr =
+      as_int(PyTuple_GET_ITEM(data.ptr(), 0), op, name, "__cuda_array_interface__ 'data'[0]");
+  if (ptr < 0) {
+    throw py::value_error(prefix(op, name) + "__cuda_array_interface__ 'data'[0] (the pointer) " +
+                          std::to_string(ptr) + " is negative");
+  }
   view.data = reinterpret_cast<void*>(static_cast<uintptr_t>(ptr));
-  view.readonly = PyObject_IsTrue(PyTuple_GET_ITEM(data.ptr(), 1)) == 1;
+  // The flag is a bool (ints taken too): its truth is asked of nothing that can run code.
+  PyObject* readonly = PyTuple_GET_ITEM(data.ptr(), 1);
+  if (!PyBool_Check(readonly) && !PyLong_Check(readonly)) {
+    throw py::type_error(prefix(op, name) +
+                         "__cuda_array_interface__ 'data'[1] (read_only) must be a bool, got " +
+                         type_name(readonly));
+  }
+  view.readonly = readonly == Py_True || (!PyBool_Check(readonly) && PyLong_AsLong(readonly) != 0);
+  PyErr_Clear();
   if (v >= 3) {
     py::object stream = get("stream");
     if (stream && !stream.is_none()) {
       const int64_t s = as_int(stream, op, name, "__cuda_array_interface__ 'stream'");
+      // v3: 1 the legacy default stream, 2 the per-thread one, else a stream handle; 0 is
+      // disallowed as ambiguous.
+      if (s <= 0) {
+        throw py::value_error(prefix(op, name) + "__cuda_array_interface__ 'stream' " +
+                              std::to_string(s) +
+                              " is not allowed; expected None, 1 (legacy default), 2 "
+                              "(per-thread default) or a stream handle");
+      }
       view.wait_cai_stream = true;
       view.cai_stream = stream_from_protocol_value(s);
     }

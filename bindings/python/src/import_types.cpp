@@ -109,8 +109,9 @@ void set_dl_type(ArrayView& view, dl::DataType t, Elements elements, const char*
 namespace {
 
 DType dtype_from_typestr(const std::string& typestr, const char* op, const std::string& name) {
-  // Little-endian ('<'), native ('=', little-endian on every CUDA host) or not applicable ('|').
-  if (typestr.size() >= 3 && (typestr[0] == '<' || typestr[0] == '=' || typestr[0] == '|')) {
+  // Little-endian ('<') or native ('=', little-endian on every CUDA host); '|' (no byte order)
+  // says nothing of a multi-byte type's, so it is not taken for one.
+  if (typestr.size() >= 3 && (typestr[0] == '<' || typestr[0] == '=')) {
     const std::string body = typestr.substr(1);
     if (body == "f4") return DType::kFloat32;
     if (body == "f2") return DType::kFloat16;
@@ -145,6 +146,8 @@ void set_typestr(ArrayView& view, const std::string& typestr, Elements elements,
       size = size * 10 + (typestr[i] - '0');
     }
   }
+  // '|' only where byte order cannot matter: single bytes and opaque records ('|V12').
+  if (size > 1 && typestr[0] == '|' && typestr[1] != 'V') size = 0;
   if (size <= 0) {
     throw py::type_error(prefix(op, view.name) + "typestr '" + typestr +
                          "' is not supported; expected a little-endian type with its size in "

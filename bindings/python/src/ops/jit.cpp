@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "../array_import.h"
+#include "../import_detail.h"
 #include "../ops.h"
 
 namespace cudaops::python {
@@ -79,11 +80,12 @@ void launch(const jit::Kernel& kernel, py::handle grid, py::handle block, py::ar
   const std::string op = "jit kernel " + kernel.info().lowered_name;
   const jit::Dim3 grid_dims = dims(grid, "grid");
   const jit::Dim3 block_dims = dims(block, "block");
-  if (!PyLong_Check(shared_mem.ptr()) || PyBool_Check(shared_mem.ptr()) ||
-      shared_mem.cast<long long>() < 0) {
-    throw py::value_error(op + ": shared_mem must be an int >= 0");
+  const int64_t shared_value = detail::as_int(shared_mem, op.c_str(), "shared_mem", "the value");
+  if (shared_value < 0 || shared_value > INT32_MAX) {
+    throw py::value_error(op + ": shared_mem: expected bytes in [0, 2^31), got " +
+                          std::to_string(shared_value));
   }
-  const size_t shared_bytes = shared_mem.cast<size_t>();
+  const auto shared_bytes = static_cast<size_t>(shared_value);
 
   CallContext ctx(op.c_str(), stream);
   // Arguments: 8-byte pointers for arrays, the bytes of typed scalars.
@@ -107,8 +109,13 @@ void launch(const jit::Kernel& kernel, py::handle grid, py::handle block, py::ar
                            " has no C type; pass it typed, e.g. cudaops.jit.int32(n), "
                            "cudaops.jit.float32(x)");
     }
-    views.push_back(std::make_unique<ArrayView>(
-        ctx.import(arg, names[i].c_str(), Access::kRead, Elements::kAny)));
+    // A kernel may write any array it is given: arrays are imported writable, and a read-only
+    // one is taken only when wrapped in cudaops.jit.readonly(), the caller's promise.
+    const bool promised = py::hasattr(arg, "__cudaops_readonly__");
+    const py::object array = promised ? py::object(arg.attr("__cudaops_readonly__"))
+                                      : py::reinterpret_borrow<py::object>(arg);
+    views.push_back(std::make_unique<ArrayView>(ctx.import(
+        array, names[i].c_str(), promised ? Access::kRead : Access::kWrite, Elements::kAny)));
     void* data = views.back()->data;
     values[i].assign(reinterpret_cast<const char*>(&data), sizeof(data));
     is_array[i] = true;

@@ -96,6 +96,15 @@ py::object softmax_backward(py::handle y, py::handle dy, py::handle out, py::han
   return ctx.finish(out, y);
 }
 
+// Statistics of rows of no columns are undefined: refused rather than returned unwritten.
+void require_stats_defined(const CallContext& ctx, const Rows& rows, const char* flag,
+                           const char* what) {
+  if (rows.cols > 0 || rows.rows == 0) return;
+  throw py::value_error(std::string(ctx.op()) + ": " + flag +
+                        "=True with x's last axis of 0: the " + what +
+                        " of an empty row are undefined");
+}
+
 py::object layer_norm(py::handle x, py::handle weight, py::handle bias, double eps, py::handle out,
                       bool return_stats, py::handle stream) {
   CallContext ctx("layer_norm", stream);
@@ -109,6 +118,7 @@ py::object layer_norm(py::handle x, py::handle weight, py::handle bias, double e
   std::optional<ArrayView> vout = import_rows_out(ctx, out, vx);
   const Rows ry = vout ? rows_of(ctx, *vout) : Rows{rx.rows, rx.cols, rx.cols};
   const ArrayView* pout = vout ? &*vout : nullptr;
+  if (return_stats) require_stats_defined(ctx, rx, "return_stats", "mean and rstd");
   ctx.prepare({&vx, &vw, &vb, pout});
   void* d_y = ctx.output_data(pout, vx.shape, vx.dtype);
   float* d_mean = nullptr;
@@ -142,6 +152,7 @@ py::object rms_norm(py::handle x, py::handle weight, double eps, py::handle out,
   std::optional<ArrayView> vout = import_rows_out(ctx, out, vx);
   const Rows ry = vout ? rows_of(ctx, *vout) : Rows{rx.rows, rx.cols, rx.cols};
   const ArrayView* pout = vout ? &*vout : nullptr;
+  if (return_rstd) require_stats_defined(ctx, rx, "return_rstd", "rstd");
   ctx.prepare({&vx, &vw, pout});
   void* d_y = ctx.output_data(pout, vx.shape, vx.dtype);
   float* d_rstd = nullptr;
