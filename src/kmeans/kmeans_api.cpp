@@ -309,6 +309,12 @@ detail::Region points_region(const KmeansPoints& p) {
                              static_cast<size_t>(elements) * dtype_size(p.dtype), false);
 }
 
+// Bytes of a 4-byte value per point; with offsets the count (offsets[batch]) is on the device,
+// and 0 here (not checked).
+size_t per_point_bytes(const KmeansPoints& p) {
+  return p.offsets != nullptr ? 0 : static_cast<size_t>(p.batch * p.n) * 4;
+}
+
 }  // namespace
 
 Status kmeans(const KmeansPoints& points, const KmeansParams& params, const KmeansResult& result,
@@ -362,8 +368,7 @@ Status kmeans(const KmeansPoints& points, const KmeansParams& params, const Kmea
           kFit,
           {points_region(p),
            detail::byte_region("result.centroids", result.centroids, centroid_bytes, true),
-           detail::byte_region("result.labels", result.labels,
-                               static_cast<size_t>(p.batch * p.n) * 4, true),
+           detail::byte_region("result.labels", result.labels, per_point_bytes(p), true),
            detail::byte_region("result.sizes", result.sizes, static_cast<size_t>(bk) * 4, true),
            detail::byte_region("result.objective", result.objective,
                                static_cast<size_t>(p.batch) * 4, true),
@@ -454,8 +459,8 @@ Status kmeans_assign(const KmeansPoints& points, const KmeansCentroids& centroid
                                false),
            detail::byte_region("centroids.means", centroids.means,
                                static_cast<size_t>(p.batch * p.d) * 4, false),
-           detail::byte_region("d_labels", d_labels, static_cast<size_t>(work) * 4, true),
-           detail::byte_region("d_distances", d_distances, static_cast<size_t>(work) * 4, true),
+           detail::byte_region("d_labels", d_labels, per_point_bytes(p), true),
+           detail::byte_region("d_distances", d_distances, per_point_bytes(p), true),
            detail::byte_region("d_workspace", d_workspace, layout.bytes, true)});
       !s.ok())
     return s;

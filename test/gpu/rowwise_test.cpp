@@ -645,13 +645,14 @@ TEST_P(RowwiseDtype, BadDeviceArguments) {
   ASSERT_GT(bytes, 0u);
   DeviceBuffer workspace;
   ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
-  DeviceArray rstd;
+  DeviceArray rstd, dweight;
   ASSERT_TRUE(rstd.allocate(DType::kFloat32, 64).ok());
+  ASSERT_TRUE(dweight.allocate(dtype, 64).ok());
   // The query covers every path; any call needs more than 16 bytes of partial sums here.
   for (size_t given : {size_t{0}, size_t{16}}) {
     const Status small = rms_norm_backward(
         {a.data(), 64}, {a.data(), 64}, a.data(), static_cast<const float*>(rstd.data()),
-        {b.data(), 64}, b.data(), workspace.get(), given, 64, 64, dtype, nullptr);
+        {b.data(), 64}, dweight.data(), workspace.get(), given, 64, 64, dtype, nullptr);
     EXPECT_EQ(small.code(), StatusCode::kWorkspaceTooSmall) << small.to_string();
   }
   // Nothing was written.
