@@ -261,3 +261,18 @@ def test_failure_after_allocating_frees_on_the_ops_stream(path):
     y = cudaops.rms_norm(x, w, 1e-6)
     torch.cuda.synchronize()
     assert torch.isfinite(y).all()
+
+
+def test_jit_read_only_arguments_need_the_callers_promise(cai):
+    import cudaops.jit as jit
+
+    k = jit.compile('extern "C" __global__ void twice(const float* x, float* y) '
+                    "{ y[threadIdx.x] = 2.0f * x[threadIdx.x]; }", "twice")
+    x = torch.arange(32, device="cuda", dtype=torch.float32)
+    y = torch.zeros(32, device="cuda")
+    frozen = cai((32,), ptr=x.data_ptr(), readonly=True)
+    with pytest.raises(ValueError, match=r"args\[0\]: the array is read-only"):
+        k(1, 32, frozen, y)
+    k(1, 32, jit.readonly(frozen), y)
+    torch.cuda.synchronize()
+    assert torch.equal(y, 2 * x)

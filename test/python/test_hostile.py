@@ -129,7 +129,8 @@ def test_jit_arguments(cai, dl, tmp_path):
         k(1, 1, cai((4,), readonly=True))
     with pytest.raises(ValueError, match=r"args\[0\]: the array is read-only"):
         k(1, 1, dl((4,), readonly=True))
-    with pytest.raises(Exception) as caught:  # promised: imported; then it needs a device
-        k(1, 1, jit.readonly(dl((4,), readonly=True)))
-    assert "read-only" not in str(caught.value)
+    if cudaops.device_count() == 0:  # a GPU would launch on the stand-in's fake memory
+        with pytest.raises(Exception) as caught:  # promised: imported; then it needs a device
+            k(1, 1, jit.readonly(dl((4,), readonly=True)))
+        assert "read-only" not in str(caught.value)
     assert "readonly" in repr(jit.readonly(3))
