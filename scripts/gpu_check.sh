@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check: run from a clean checkout on a machine with an NVIDIA GPU.
-#   scripts/gpu_check.sh [--only cpp|python|debug] [LOG_DIR]
+#   scripts/gpu_check.sh [--only cpp|python|bench|debug] [LOG_DIR]
 # C++: configures and builds the `gpu` preset with every core, runs every test (GPU tests and the
 # compute-sanitizer memcheck runs included), prints the bench table against the measured copy
 # bandwidth and runs the Google Benchmark sweep.
@@ -9,10 +9,12 @@
 # (torch, CuPy, JAX and Numba parts each skipped when not importable), the per-call overhead
 # bench, the row-wise ops next to torch eager and torch.compile, and the CuPy part of the suite
 # under compute-sanitizer memcheck.
+# Bench (not part of the default run): the benches and the results table alone, from one build.
 # Debug (not part of the default run): builds the `debug` preset with the Python module, runs the
 # GPU tests in it, and runs every cuda-gdb session of docs/debugging.md, checking what each shows.
-# Everything is written under LOG_DIR (default build/gpu-check), with RESULTS.md, the section to
-# record in bench/RESULTS.md. Exit status: non-zero if any step failed. Set CUDAOPS_COMMIT when the
+# Everything is written under LOG_DIR (default build/gpu-check): the bench JSON, and RESULTS.md,
+# bench/RESULTS.md with this GPU's section regenerated from it (scripts/results_table.py).
+# Exit status: non-zero if any step failed. Set CUDAOPS_COMMIT when the
 # tree carries no .git (the commit is then read from it); PYTHON picks the interpreter.
 set -uo pipefail
 
@@ -48,40 +50,64 @@ check_cpp() {
   grep -E "tests passed|Skipped|Failed|\(Failed\)|Not Run" "$log/ctest.log" | head -20
 
   [ -f build/gpu/listings/resources.md ] && cp build/gpu/listings/resources.md "$log/listings.md"
+  run_benches
+  if [ -x build/gpu/bench/cudaops_bench ]; then
+    step gbench build/gpu/bench/cudaops_bench --benchmark_out="$log/gbench.json" \
+      --benchmark_out_format=json
+  fi
+}
+
+# The CLI's benches (JSON for the results table) and the JIT's; needs build/gpu/apps/cudaops.
+run_benches() {
   local cli=build/gpu/apps/cudaops
   $cli info | tee "$log/info.txt"
   if ! $cli info --cold-start | sed -n '/^cold start/,$p' | tee "$log/cold-start.txt"; then
     failed=1
   fi
   echo "== bench"
-  # Elementwise: every dtype, aligned and misaligned, checked. Row-wise: every dtype at the
-  # standard shapes (checked by the GPU tests; a host reference of 2^27 elements per case would
-  # take minutes).
-  if ! $cli bench add add_scalar --check --markdown --svg "$log/bench-elementwise.svg" |
-    tee "$log/bench.md"; then
+  # Every op `cudaops list` knows, every dtype it takes, at its standard shapes, 256-byte aligned:
+  # single calls, then (all but k-means, whose call is many kernels already) in runs of 20 calls.
+  local ops stream_ops
+  ops=$($cli list --json | python3 -c 'import json, sys; print(" ".join(o["name"] for o in json.load(sys.stdin)))')
+  stream_ops=$(echo "$ops" | tr ' ' '\n' | grep -v '^kmeans$' | tr '\n' ' ')
+  echo "ops: $ops"
+  # shellcheck disable=SC2086 # the op names are words
+  if ! $cli bench $ops --offsets 0 --json --no-progress --svg "$log/bench.svg" \
+      > "$log/bench.json" 2> "$log/bench.err"; then
+    tail -20 "$log/bench.err"
     failed=1
   fi
-  echo >> "$log/bench.md"
-  if ! $cli bench softmax softmax_backward layer_norm layer_norm_backward rms_norm \
-      rms_norm_backward fused_add_rms_norm --offsets 0 --markdown \
-      --svg "$log/bench-rowwise.svg" | tee -a "$log/bench.md"; then
+  # shellcheck disable=SC2086
+  if ! $cli bench $stream_ops --offsets 0 --calls 20 --json --no-progress \
+      > "$log/bench-stream.json" 2> "$log/bench-stream.err"; then
+    tail -20 "$log/bench-stream.err"
     failed=1
   fi
-  echo >> "$log/bench.md"
-  # The same, in runs of 20 calls back to back: a stream of calls, as a model makes them.
-  if ! $cli bench softmax softmax_backward layer_norm layer_norm_backward rms_norm \
-      rms_norm_backward fused_add_rms_norm --offsets 0 --dtype bfloat16 --calls 20 --markdown |
-    tee -a "$log/bench.md"; then
-    failed=1
-  fi
-  echo >> "$log/bench.md"
-  if ! $cli bench topk --offsets 0 --markdown | tee -a "$log/bench.md"; then failed=1; fi
   echo "== jit"
   if ! python3 bench/jit_cache.py "$cli" | tee "$log/jit.md"; then failed=1; fi
-  if [ -x build/gpu/bench/cudaops_bench ]; then
-    step gbench build/gpu/bench/cudaops_bench --benchmark_out="$log/gbench.json" \
-      --benchmark_out_format=json
-  fi
+}
+
+# The Python benches (torch side by side, per-call host cost) with the module at PYTHONPATH $1.
+run_python_benches() {
+  local py=${PYTHON:-python3}
+  PYTHONPATH=$1 step overhead "$py" bench/python_overhead.py
+  cp "$log/overhead.log" "$log/python_overhead.md"
+  PYTHONPATH=$1 step rowwise-torch "$py" bench/rowwise_torch.py
+  cp "$log/rowwise-torch.log" "$log/rowwise_torch.md"
+  PYTHONPATH=$1 step topk-torch "$py" bench/topk_torch.py
+  cp "$log/topk-torch.log" "$log/topk_torch.md"
+}
+
+# The benches alone, for a results table: the CLI and the module from one `gpu` build tree.
+check_bench() {
+  local py=${PYTHON:-python3}
+  local pybind_dir
+  pybind_dir=$("$py" -m pybind11 --cmakedir 2>/dev/null)
+  step configure cmake --preset gpu -DCUDAOPS_BUILD_PYTHON=ON \
+    -DPython_EXECUTABLE="$(command -v "$py")" ${pybind_dir:+-Dpybind11_DIR=$pybind_dir} || return 1
+  step build cmake --build --preset gpu -j "$(nproc)" --target cudaops_cli _core || return 1
+  run_benches
+  run_python_benches "$root/build/gpu/bindings/python"
 }
 
 check_python() {
@@ -100,12 +126,7 @@ check_python() {
   ldd "$site"/cudaops/_core*.so > "$log/wheel-ldd.txt"
   PYTHONPATH=$site step pytest "$py" -m pytest test/python -v -rs -p no:cacheprovider
   grep -E "passed|failed" "$log/pytest.log" | tail -1
-  PYTHONPATH=$site step overhead "$py" bench/python_overhead.py
-  cp "$log/overhead.log" "$log/python_overhead.md"
-  PYTHONPATH=$site step rowwise-torch "$py" bench/rowwise_torch.py
-  cp "$log/rowwise-torch.log" "$log/rowwise_torch.md"
-  PYTHONPATH=$site step topk-torch "$py" bench/topk_torch.py
-  cp "$log/topk-torch.log" "$log/topk_torch.md"
+  run_python_benches "$site"
   if command -v compute-sanitizer > /dev/null; then
     PYTHONPATH=$site step py-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
       "$py" -m pytest test/python/test_gpu_frameworks.py -q -p no:cacheprovider -k cupy
@@ -183,38 +204,39 @@ case $only in
   cpp) check_cpp || failed=1 ;;
   python) check_python || failed=1 ;;
   debug) check_debug || failed=1 ;;
-  *) echo "--only takes cpp, python or debug" >&2; exit 2 ;;
+  bench) check_bench || failed=1 ;;
+  *) echo "--only takes cpp, python, bench or debug" >&2; exit 2 ;;
 esac
 if [ ! -f "$log/info.txt" ] && command -v nvidia-smi > /dev/null; then
   echo "device 0: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > "$log/info.txt"
 fi
 
 commit=${CUDAOPS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
-device=$(sed -n 's/^device 0: //p' "$log/info.txt")
+device=$(sed -n 's/^device 0: //p' "$log/info.txt" | sed 's/ (.*//')
+# bench/RESULTS.md with this GPU's section regenerated from the JSON (copy it into the tree).
+if [ -f "$log/bench.json" ]; then
+  rm -f "$log/RESULTS.md"
+  [ -f bench/RESULTS.md ] && cp bench/RESULTS.md "$log/RESULTS.md"
+  extras=()
+  for f in python_overhead rowwise_torch topk_torch jit; do
+    [ -s "$log/$f.md" ] && extras+=("$log/$f.md")
+  done
+  stream_arg=()
+  [ -s "$log/bench-stream.json" ] && stream_arg=(--stream "$log/bench-stream.json")
+  if python3 scripts/results_table.py --device "${device:-unknown device}" --commit "$commit" \
+      --date "$(date -u +%Y-%m-%d)" --bench "$log/bench.json" "${stream_arg[@]}" \
+      --extra "${extras[@]}" --results "$log/RESULTS.md"; then
+    echo "== wrote $log/RESULTS.md (copy it to bench/RESULTS.md)"
+  else
+    failed=1
+  fi
+fi
 {
-  echo "## $(date -u +%Y-%m-%d) · ${device:-unknown device} · commit $commit"
-  echo
-  if [ -f "$log/ctest.log" ]; then
-    echo "ctest: $(grep -E 'tests passed' "$log/ctest.log" || echo 'no summary')"
-    echo
-    cat "$log/bench.md"
-    echo
-    cat "$log/jit.md" 2>/dev/null
-    echo
-    echo '```'
-    sed -n '/kernel family/,$p' "$log/info.txt"
-    cat "$log/cold-start.txt" 2>/dev/null
-    echo '```'
-
-  fi
-  if [ -f "$log/pytest.log" ]; then
-    echo
-    echo "pytest: $(grep -E '(passed|failed)' "$log/pytest.log" | tail -1)"
-    echo
-    cat "$log/python_overhead.md" 2>/dev/null
-    echo
-    cat "$log/rowwise_torch.md" 2>/dev/null
-  fi
-} > "$log/RESULTS.md"
-echo "== wrote $log/RESULTS.md"
+  echo "ctest: $(grep -E 'tests passed' "$log/ctest.log" 2>/dev/null || echo 'not run')"
+  echo "pytest: $(grep -E '(passed|failed)' "$log/pytest.log" 2>/dev/null | tail -1)"
+  echo '```'
+  sed -n '/kernel family/,$p' "$log/info.txt" 2>/dev/null
+  cat "$log/cold-start.txt" 2>/dev/null
+  echo '```'
+} > "$log/summary.md"
 exit $failed

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Writes bench/RESULTS.md from the GPU check's JSON: one section per GPU, with a table per op of
+every dtype at its standard shapes, and the comparisons with torch the check measured.
+
+    scripts/results_table.py --device "NVIDIA H100 80GB HBM3" --commit abc1234 --date 2026-11-25 \
+        --bench bench.json [--stream bench-stream.json] [--extra torch.md ...] [--results PATH]
+
+--bench: `cudaops bench --offsets 0 --json` (single calls); --stream: the same in runs of 20
+calls (`--calls 20`); --extra: Markdown the Python benches printed (torch side by side, per-call
+host cost), each kept as it is under the section. The section of this device replaces the one
+already in the file (if any); other GPUs' sections are kept.
+"""
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+HEADER = """# Results
+
+The current numbers of every op, per GPU, as the GPU check (`scripts/gpu_check.sh`) measured them
+and wrote this file (`scripts/results_table.py`; do not edit by hand). CUDA events, median of
+the timed runs after warm-up, inputs larger than L2 where the shape allows. Bandwidth counts every
+input read once and every output written once; "of copy" is that over a device-to-device copy
+of 1 GiB measured in the same run; "of GEMM" is the tensor-core rate over a cuBLAS GEMM of the
+same FLOPs measured in the same run. "stream of 20": the time per call in runs of 20 calls back
+to back, as a model makes them. The history of these numbers and the design reasoning behind
+each kernel family are in `docs/tuning/` and `docs/history/`.
+"""
+
+MARK = "<!-- gpu: {} -->"
+
+
+def shape_text(dims):
+    return " ".join(f"{k}={v}" for k, v in dims.items() if not (k == "pad" and v == 0))
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def table(results, stream):
+    """Markdown per op: rows of dtype x shape."""
+    by_op = {}
+    for r in results:
+        by_op.setdefault(r["op"], []).append(r)
+    streamed = {}
+    for r in stream or []:
+        streamed[(r["op"], r["dtype"], json.dumps(r["dims"], sort_keys=True))] = r
+    out = []
+    for op, rows in by_op.items():
+        tensor = any("tflops" in r for r in rows)
+        has_stream = any((op, r["dtype"], json.dumps(r["dims"], sort_keys=True)) in streamed
+                         for r in rows)
+        out.append(f"### {op}\n")
+        head = ["dtype", "shape", "time (us)"]
+        head += ["TFLOP/s", "of GEMM"] if tensor else ["GB/s", "of copy"]
+        if has_stream:
+            head += ["stream of 20 (us)", "of copy"]
+        head.append("path")
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "|".join("---" if h in ("dtype", "shape", "path") else "---:"
+                                  for h in head) + "|")
+        for r in rows:
+            cells = [r["dtype"], shape_text(r["dims"]), f"{r['time_us']['median']:.2f}"]
+            if tensor:
+                cells += [f"{r['tflops']:.1f}", f"{r['pct_of_gemm']:.1f}%"]
+            else:
+                cells += [f"{r['gbps']:.0f}", f"{r['pct_of_copy']:.1f}%"]
+            if has_stream:
+                s = streamed.get((op, r["dtype"], json.dumps(r["dims"], sort_keys=True)))
+                cells += ([f"{s['time_us']['median']:.2f}", f"{s['pct_of_copy']:.1f}%"] if s
+                          else ["-", "-"])
+            cells.append(r.get("launch", "").split(":")[0] or "-")
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def section(args):
+    bench = load(args.bench)
+    stream = load(args.stream)["results"] if args.stream else None
+    copy = bench["copy"]
+    lines = [MARK.format(args.device), f"## {args.device}", "",
+             f"Measured {args.date} at commit {args.commit}. Device-to-device copy: "
+             f"{copy['gbps']:.0f} GB/s.", "", table(bench["results"], stream)]
+    for extra in args.extra:
+        text = Path(extra).read_text().strip()
+        if text:
+            lines += [text, ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--date", required=True)
+    parser.add_argument("--bench", required=True)
+    parser.add_argument("--stream")
+    parser.add_argument("--extra", nargs="*", default=[])
+    parser.add_argument("--results", default=str(Path(__file__).resolve().parent.parent /
+                                                  "bench" / "RESULTS.md"))
+    args = parser.parse_args()
+    path = Path(args.results)
+    old = path.read_text() if path.exists() else ""
+    # The other GPUs' sections, as they were.
+    kept = []
+    for part in re.split(r"(?=^<!-- gpu: )", old, flags=re.M)[1:]:
+        name = re.match(r"<!-- gpu: (.*?) -->", part).group(1)
+        if name != args.device:
+            kept.append(part.rstrip() + "\n")
+    path.write_text(HEADER + "\n" + section(args) + "".join("\n" + k for k in kept))
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
