@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -44,7 +45,7 @@ class Progress {
     std::string eta;
     if (index > 0) {
       const double left = elapsed / index * (total_ - index);
-      eta = ", about " + std::to_string(static_cast<long long>(left + 0.5)) + " s left";
+      eta = ", about " + std::to_string(std::llround(left)) + " s left";
     }
     std::fprintf(stderr, "%s[%d/%d] %s (%lld s%s)%s", tty_ ? "\r\033[K" : "", index + 1, total_,
                  what.c_str(), static_cast<long long>(elapsed), eta.c_str(), tty_ ? "" : "\n");
@@ -87,6 +88,7 @@ std::string case_label(const CaseReport& r) {
 Status write_svg(const std::string& path, const std::vector<CaseReport>& reports, double copy_gbps,
                  const std::string& device) {
   std::vector<harness::ChartBar> bars;
+  bars.reserve(reports.size());
   for (const CaseReport& r : reports)
     bars.push_back({r.op, case_label(r), r.gbps});
   const std::string svg = harness::bar_chart_svg("libcudaops: achieved bandwidth on " + device,
@@ -182,7 +184,7 @@ int execute(BenchOptions& options) {
                 m ? " of same-size copy |" : "");
     std::printf("|---|---|---|---:|---:|---:|---:|%s---|\n", m ? "---:|" : "");
     std::printf("| copy (D2D) | - | bytes=%lld | 0 | %.2f | %.1f | 100.0%% |%s - |\n",
-                static_cast<long long>(2 * copy_bytes), copy_timing.median_ms * 1e3, copy_gbps,
+                2 * static_cast<long long>(copy_bytes), copy_timing.median_ms * 1e3, copy_gbps,
                 m ? " - |" : "");
   } else {
     if (options.timing.calls > 1) {
@@ -190,7 +192,7 @@ int execute(BenchOptions& options) {
                   options.timing.calls);
     }
     std::printf("device-to-device copy: %.1f GB/s (%lld bytes read + written, median %.2f us)\n\n",
-                copy_gbps, static_cast<long long>(2 * copy_bytes), copy_timing.median_ms * 1e3);
+                copy_gbps, 2 * static_cast<long long>(copy_bytes), copy_timing.median_ms * 1e3);
     std::printf("%-12s %-9s %-28s %6s %12s %10s %9s%s %7s\n", "op", "dtype", "shape", "offset",
                 "time (us)", "GB/s", "of copy", options.matched_copy ? "   same-size" : "",
                 "check");

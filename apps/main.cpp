@@ -11,8 +11,10 @@
 #include "common.h"
 #include "cudaops/version.h"
 
-int main(int argc, char** argv) {
-  using namespace cudaops::cli;
+namespace cudaops::cli {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{"cudaops: run, check and benchmark the operators of libcudaops", "cudaops"};
   app.set_version_flag("--version", cudaops::version_string());
   app.require_subcommand(1);
@@ -65,4 +67,18 @@ int main(int argc, char** argv) {
     return kExitCheckFailed;
   }
   return kExitUsage;
+}
+
+}  // namespace
+}  // namespace cudaops::cli
+
+int main(int argc, char** argv) {
+  try {
+    return cudaops::cli::run(argc, argv);
+  } catch (const std::exception& e) {  // the parser's own set-up, or a message that failed
+    std::fprintf(stderr, "cudaops: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "cudaops: an unknown error\n");
+  }
+  return cudaops::cli::kExitCheckFailed;
 }

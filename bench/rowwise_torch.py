@@ -96,7 +96,7 @@ def main():
             ("rms_norm", rms_eager),
             ("rms_norm_backward", rms_backward_eager),
             ("fused_add_rms_norm", fused_formula)]}
-    except Exception as e:  # noqa: BLE001 - reported, and the table goes on without it
+    except Exception as e:
         print(f"torch.compile unavailable: {e}", file=sys.stderr)
         compile_ok = False
     copy = copy_bandwidth()
@@ -105,7 +105,7 @@ def main():
     print("| op | shape | cudaops TB/s | of copy | torch eager TB/s | torch.compile TB/s |")
     print("|---|---|---:|---:|---:|---:|")
     for rows, cols in SHAPES:
-        x, dy, r = (torch.randn(rows, cols, device="cuda", dtype=DT) for _ in range(3))
+        x, dy, r = [torch.randn(rows, cols, device="cuda", dtype=DT) for _ in range(3)]
         w, b = torch.randn(cols, device="cuda", dtype=DT), torch.randn(cols, device="cuda", dtype=DT)
         y = torch.empty_like(x)
         m = rows * cols * 2
@@ -142,7 +142,7 @@ def main():
                   f"{nbytes / t_comp / 1e12:.3f} |", flush=True)
             if name == "fused_add_rms_norm":
                 r.copy_(dy)  # keep the residual finite after the repeated in-place calls
-        del x, dy, r, y, y_sm
+        x = dy = r = y = y_sm = None  # frees this shape's arrays before the next
         torch.cuda.empty_cache()
 
 

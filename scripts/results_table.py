@@ -32,8 +32,20 @@ each kernel family are in `docs/tuning/` and `docs/history/`.
 MARK = "<!-- gpu: {} -->"
 
 
+# Sizes shown only where they differ from these (the options every standard shape shares).
+USUAL = {"pad": 0, "largest": 1, "sorted": 1, "index32": 0, "center": 0}
+
+
 def shape_text(dims):
-    return " ".join(f"{k}={v}" for k, v in dims.items() if not (k == "pad" and v == 0))
+    words = []
+    for k, v in dims.items():
+        if USUAL.get(k) == v:
+            continue
+        if k == "cosine":
+            words.append("cosine" if v else "l2")
+        else:
+            words.append(f"{k}={v}")
+    return " ".join(words)
 
 
 def load(path):

@@ -79,7 +79,10 @@ Status read_fatbins(const std::string& path, FatbinContents* contents) {
       return bad(path, "section headers out of the file");
     }
     const uint64_t name_at = names.sh_offset + section.sh_name;
-    if (name_at >= bytes.size() || std::strncmp(bytes.data() + name_at, ".nv_fatbin", 11) != 0) {
+    // The name and its terminating NUL: ".nv_fatbin" exactly, not a longer name.
+    constexpr char kName[] = ".nv_fatbin";
+    if (name_at >= bytes.size() || bytes.size() - name_at < sizeof(kName) ||
+        std::memcmp(bytes.data() + name_at, kName, sizeof(kName)) != 0) {
       continue;
     }
     if (section.sh_type == SHT_NOBITS || section.sh_offset + section.sh_size > bytes.size()) {

@@ -29,7 +29,7 @@ Status blas_status(cublasStatus_t s, const char* what) {
 Status gemm_yardstick(DType dtype, double flops, double* tflops) {
   static std::mutex mutex;
   static std::map<std::pair<int, int64_t>, double> measured;
-  int64_t size = static_cast<int64_t>(std::cbrt(flops / 2.0) / 256.0 + 0.5) * 256;
+  int64_t size = std::llround(std::cbrt(flops / 2.0) / 256.0) * 256;
   size = std::min<int64_t>(std::max<int64_t>(size, 512), 16384);
   std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(static_cast<int>(dtype), size);

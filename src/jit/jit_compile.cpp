@@ -37,8 +37,6 @@ using detail::PayloadReader;
 using detail::PayloadWriter;
 using detail::Sha256;
 
-constexpr const char* kOp = "jit";
-
 double since_ms(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
@@ -412,6 +410,7 @@ Status run_nvrtc(const CompileRequest& request, const Prepared& prepared, Module
     options.emplace_back("--no-cache");
   }
   std::vector<const char*> pointers;
+  pointers.reserve(options.size());
   for (const std::string& option : options)
     pointers.push_back(option.c_str());
 

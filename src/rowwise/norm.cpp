@@ -70,7 +70,7 @@ Status launch_backward(const char* op, const NormBackwardArgs<void>& untyped, vo
                   std::string(op) + ": workspace must be a 16-byte aligned device pointer");
   }
   float* partials = static_cast<float*>(workspace);
-  const Status status = dispatch_float(op, dtype, [&](auto tag) {
+  Status status = dispatch_float(op, dtype, [&](auto tag) {
     return launch_norm_backward<kLayer, decltype(tag)>(op, untyped, plan, partials, aligned,
                                                        stream);
   });

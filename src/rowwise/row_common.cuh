@@ -116,9 +116,8 @@ __device__ __forceinline__ Moments combine_moments(const float* sums, const floa
 /// taken off at the end. That loses at most the bits of the ratio of the total about k to the M2
 /// about the mean, which is at most 1 + count / count_of(0) (the M2 holds count_of(0) (k - mean)^2
 /// at least): with part 0 a whole warp's share, the warps sharing the row plus one, 33 to 65 for
-/// the split kernels, 6 or 7 of float32's 24 bits. On an H100 (bf16, % of copy, runs of 20 calls)
-/// 96.7 -> 97.0 at 4096 x 32768 and 97.2 -> 97.4 at 8192 x 16384 against the two reductions; the
-/// whole-block rows lost with it (99.5 -> 98.9 at 32768 x 4096), and keep combine_moments.
+/// the split kernels, 6 or 7 of float32's 24 bits. The split rows gain by it over two reductions;
+/// whole-block rows lose by it and keep combine_moments (docs/tuning/rowwise.md).
 ///
 /// No division is left in it: the warps send their means (the centers their squares were taken
 /// about, computed already) rather than their sums, the sum is rebuilt as sum n_p mean_p, and
@@ -673,21 +672,11 @@ enum class Follow {
 /// memory, in clusters of `cluster` blocks when it is > 0, following the kernel before it as
 /// `follow` says.
 ///
-/// On an H100 (bf16, 20 calls back to back, % of copy), dependent launches of the forward
-/// kernels measured softmax 96.4 -> 98.6, rms_norm 95.4 -> 97.5 and layer_norm 94.6 -> 96.7 at
-/// 65536 x 1024, and 0.5 to 1.1 points more at 32768 x 4096 and 4096 x 32768, with
-/// softmax_backward 98.7 -> 100.2 at 65536 x 1024.
-///
-/// Kernels on persistent grids launch plainly: the norm backward passes and the pipelined
-/// kernels. Such a grid has as many blocks as an idle device spreads evenly, and launched early it
-/// finds part of the device still busy. Dependent norm backward passes, each following the
-/// partial-row sums of the call before, measured:
-/// - layer_norm_backward 85.9 -> 62.5 at 4096 x 32768 and 89.9 -> 86.9 at 32768 x 4096;
-/// - rms_norm_backward 91.8 -> 89.1 at 65536 x 1024.
-/// With the sums kernel letting the next kernel launch only as its blocks end, rather than as they
-/// start, the same launches gained 0.2 to 1.2 points. That points at the grid being placed while
-/// other blocks still run, which any kernel before it that lets the next one start early can
-/// cause.
+/// Dependent launches let a call's kernel start while the one before it finishes: the forward
+/// kernels gain by it in a stream of calls. Kernels on persistent grids launch plainly (the norm
+/// backward passes and the pipelined kernels): such a grid has as many blocks as an idle device
+/// spreads evenly, and launched early it finds part of the device still busy and loses more than
+/// it gains. The measurements are in docs/tuning/rowwise.md.
 template <typename... Params, typename... Args>
 Status launch_rows(const char* op, Follow follow, void (*kernel)(Params...), unsigned blocks,
                    int threads, size_t smem, cudaStream_t stream, int cluster, Args... args) {

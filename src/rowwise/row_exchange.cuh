@@ -246,18 +246,14 @@ inline constexpr int64_t kSplitFromBytes = 32 * 1024;
 /// when its rows split (split_parts); *launched says whether it did. Each cluster takes
 /// rows_per_cluster rows (the last ones fewer), one after another. kernel_for(CachedShape<threads,
 /// vecs>{}) gives the kernel of a shape: blocks of 128 threads of 4 vectors where a row needs at
-/// most kMaxSplit of them, else of 256 threads. On an H100 (bf16, 4096 x 32768) the smaller blocks
-/// measured 97.6% of copy for softmax, against 96.1% with 256 threads and 88.3% for the pipelined
-/// kernel. Rows too long for 8 blocks of 256 take up to kMaxNonPortableSplit of them, then (but
-/// with kWide) of 512 threads, where the device allows such clusters: 16-bit rows of up to 262144
-/// columns. On an H100 (bf16, % of copy; before: the pipelined or streamed kernels):
-///                      softmax       rms_norm     fused_add_rms_norm   layer_norm
-///   512 x 131072     83.6 (61.4)   86.9 (61.4)       93.4 (75.1)       74.8 (46.0)
-///   256 x 262144     69.2 (60.3)   72.7 (60.0)       82.7 (73.5)       40.5 (46.5)
-/// With kWide (the layer norm), rows that need up to kMaxNonPortableSplit blocks of 128 threads
-/// take them where the device allows such clusters, before blocks of 256; and its rows stay
-/// whole rather than take blocks of 512 threads, which measured slower (above; with no room in
-/// static shared memory to hold the parameters, they would fetch them from L2 for every row).
+/// most kMaxSplit of them (faster than 256 threads or the pipelined kernel), else of 256 threads.
+/// Rows too long for 8 blocks of 256 take up to kMaxNonPortableSplit of them, then (but with
+/// kWide) of 512 threads, where the device allows such clusters: 16-bit rows of up to 262144
+/// columns, faster than the pipelined or streamed kernels. With kWide (the layer norm), rows that
+/// need up to kMaxNonPortableSplit blocks of 128 threads take them where the device allows such
+/// clusters, before blocks of 256; and its rows stay whole rather than take blocks of 512
+/// threads, which were slower (with no room in static shared memory to hold the parameters, they
+/// would fetch them from L2 for every row). The numbers are in docs/tuning/rowwise.md.
 /// With `dry` not null nothing is launched: *dry says what would be.
 template <typename T, bool kWide, class KernelFor, typename... Args>
 Status launch_if_split(const char* op, int64_t rows, int64_t cols, bool* launched,

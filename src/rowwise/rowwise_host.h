@@ -152,8 +152,7 @@ inline constexpr int kPipeThreads = 1024;
 inline constexpr int kPipeVecs = 4;
 /// softmax's: two blocks per SM of 512 threads of 8 vectors, which take each exponential twice
 /// rather than hold it (64 registers). While one block waits at a barrier of its reductions, the
-/// other computes: 88.3% of copy against 86.2% for one block of 1024 threads of 4 (bf16,
-/// 4096 x 32768, H100).
+/// other computes (measured against one block of 1024 threads: docs/tuning/rowwise.md).
 inline constexpr int kPipeSoftmaxThreads = 512;
 inline constexpr int kPipeSoftmaxVecs = 8;
 inline constexpr int kPipeSoftmaxBlocks = 2;

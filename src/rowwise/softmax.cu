@@ -129,11 +129,8 @@ __global__ void __launch_bounds__(kBlockThreads<kThreads>)
     }
   };
   // Whole rows that fill the tile take a copy of the loop in which the row's columns are a
-  // constant (with_part_cols), with no check against the row's end in its loads and stores. On an
-  // H100 (bf16, % of copy, runs of 20 calls / one call, each loop taken in alternate runs of one
-  // build): 98.6 -> 98.8 / 95.7 -> 96.0 at 65536 x 1024, 98.6 -> 98.75 / 95.7 -> 95.85 at 131072 x
-  // 512, and the same within the runs' spread at 32768 x 4096, 16384 x 2048, 262144 x 256 and
-  // float32 (65536 x 1024, 32768 x 2048). Split parts were not measured so and keep the one loop.
+  // constant (with_part_cols), with no check against the row's end in its loads and stores: it
+  // gains on short rows (docs/tuning/rowwise.md). Split parts keep the one loop.
   with_part_cols<TileT::kCols, !kSplit>(walk.cols, walk_rows);
 }
 
@@ -365,15 +362,8 @@ __global__ void __launch_bounds__(kPipeBackwardThreads)
 }  // namespace
 
 // Blocks per SM the unsplit softmax of one warp per row is held to (occupancy_cap_smem): about
-// 48 KiB of rows in flight per SM, 6 blocks of four rows of four chunks, 12 of two chunks. On an
-// H100 (bf16, % of the 1 GiB copy, 128 MiB of x), by the unused dynamic shared memory per block
-// (KiB) and the blocks per SM that leaves:
-// clang-format off
-//   cols (chunks, registers' blocks)   0         16        20        27       36
-//   1024 (4, 9)                        95.1 (9)  95.2 (9)  95.2 (9)  96.2 (7) 96.4 (6)
-//   512 (2, 12)                        95.3 (12) 96.3 (12) 96.3 (10) 95.7 (7) 90.0 (6)
-//   256 (1, 16)                        95.8 (16) 94.7 (12) 89.9 (10) 85.3 (7) 74.1 (6)
-// clang-format on
+// 48 KiB of rows in flight per SM, 6 blocks of four rows of four chunks, 12 of two chunks (the
+// sweep over the caps is in docs/tuning/rowwise.md).
 // With four chunks, fewer rows in flight paid; with two, the same 12 blocks paid with the shared
 // memory taken (an SM then keeps less of its 256 KiB as L1). One chunk takes no cap.
 template <int kThreads, int kVecs>

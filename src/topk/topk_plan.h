@@ -21,8 +21,7 @@ constexpr int64_t kGatherLists = 128;          // slots gathered by one block, a
 // of their sample_k-th key, and the least of those bounds is a bound of the row's k-th key
 // (samples * sample_k >= k keys are at or above it) that every tile of the row applies. Most
 // tiles then leave few candidates, and the first gathering level takes kGatherLists slots per
-// block. (One block for all 1024 slots of a row of 2^24 values, in chunks, was slower: 106 us
-// against 80 us for float32 and k = 1024 on an H100, and 713 us against 264 us for bfloat16.)
+// block (one block for all of a long row's slots was slower: docs/tuning/topk.md).
 constexpr int64_t kSampleFrom = 64;
 constexpr int64_t kSampleTiles = 64;  // tiles sampled per row, at most
 

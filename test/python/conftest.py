@@ -9,6 +9,7 @@ import pytest
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import cudaops
+
 import dlpack_capsules
 
 # A fake device address: the module must never dereference it.

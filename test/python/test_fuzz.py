@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import cudaops  # noqa: E402
+
 import dlpack_capsules  # noqa: E402
 from conftest import FAKE_PTR  # noqa: E402
 
@@ -83,7 +84,7 @@ def test_dlpack_capsules(a, b):
     live = dlpack_capsules.live_tensors()
     try:
         cudaops.add(Producer(a), Producer(b))
-    except Exception as error:  # noqa: BLE001 - every refusal is checked below
+    except Exception as error:
         check_refusal(error, "add", ("a", "b"))
     # Whatever happened, every tensor handed over was released.
     assert dlpack_capsules.live_tensors() == live
@@ -126,7 +127,7 @@ class CAI:
 def test_cuda_array_interface(a, b):
     try:
         cudaops.add(CAI(a), CAI(b))
-    except Exception as error:  # noqa: BLE001 - every refusal is checked below
+    except Exception as error:
         check_refusal(error, "add", ("a", "b"))
 
 
@@ -137,7 +138,7 @@ def test_row_ops_and_streams(x, stream):
                         (lambda: cudaops.topk(CAI(x), 1, stream=stream), ("x", "stream", "k"))):
         try:
             call()
-        except Exception as error:  # noqa: BLE001 - every refusal is checked below
+        except Exception as error:
             check_refusal(error, "softmax" if names[-1] == "stream" else "topk", names)
 
 
@@ -200,7 +201,7 @@ def test_dlpack_capsules_seeded(seed):
     for _ in range(2500):
         try:
             cudaops.add(Producer(random_capsule_fields(rng)), Producer(random_capsule_fields(rng)))
-        except Exception as error:  # noqa: BLE001 - every refusal is checked below
+        except Exception as error:
             check_refusal(error, "add", ("a", "b"))
     assert dlpack_capsules.live_tensors() == live
 
@@ -211,5 +212,5 @@ def test_cuda_array_interface_seeded(seed):
     for _ in range(2500):
         try:
             cudaops.add(CAI(random_cai(rng)), CAI(random_cai(rng)))
-        except Exception as error:  # noqa: BLE001 - every refusal is checked below
+        except Exception as error:
             check_refusal(error, "add", ("a", "b"))

@@ -3,6 +3,7 @@
 import pytest
 
 import cudaops
+
 from conftest import requires_gpu
 from gpu_reference import check_close, random_values
 
@@ -118,7 +119,7 @@ def test_jax_out_refused(jax):
 
 @pytest.fixture
 def numba_cuda():
-    numba = pytest.importorskip("numba")
+    pytest.importorskip("numba")
     from numba import cuda
 
     if not cuda.is_available():

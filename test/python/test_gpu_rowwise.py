@@ -3,6 +3,7 @@
 import pytest
 
 import cudaops
+
 from conftest import requires_gpu
 
 torch = pytest.importorskip("torch")

@@ -3,6 +3,7 @@
 import pytest
 
 import cudaops
+
 from conftest import requires_gpu
 from gpu_reference import check_close, random_values
 
@@ -183,7 +184,7 @@ def test_array_round_trip():
     assert isinstance(r, cudaops.Array)
     assert torch.all(torch.from_dlpack(r) == 3.0)
     with pytest.raises(AttributeError, match="bfloat16 has no __cuda_array_interface__"):
-        arr.__cuda_array_interface__
+        _ = arr.__cuda_array_interface__
     f = cudaops.Array((4,), "float32")
     cai = f.__cuda_array_interface__
     assert cai["version"] == 3 and cai["typestr"] == "<f4" and cai["data"][0] == f.ptr

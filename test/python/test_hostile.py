@@ -6,6 +6,7 @@ import pytest
 
 import cudaops
 import cudaops.jit as jit
+
 import dlpack_capsules
 from conftest import FAKE_PTR
 

@@ -11,6 +11,7 @@ import pytest
 
 import cudaops
 import cudaops.jit as jit
+
 from conftest import requires_gpu
 
 SAXPY = textwrap.dedent(

@@ -4,6 +4,7 @@ an exact numpy reference (ties to the lower index, NaN above every number) and t
 import pytest
 
 import cudaops
+
 from conftest import requires_gpu
 
 

@@ -4,6 +4,7 @@ without a GPU: each error is raised before any CUDA call."""
 import pytest
 
 import cudaops
+
 import dlpack_capsules
 
 

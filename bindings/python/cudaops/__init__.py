@@ -10,6 +10,7 @@ Errors: ``ValueError`` for bad shapes, strides, alignment or values; ``TypeError
 dtypes or objects; :class:`cudaops.CudaError` (a ``RuntimeError``) when CUDA fails or is missing.
 """
 
+from . import jit
 from ._core import (
     Array,
     CudaError,
@@ -30,8 +31,6 @@ from ._core import (
     softmax_backward,
     topk,
 )
-from . import jit
-
 
 __all__ = [
     "Array",

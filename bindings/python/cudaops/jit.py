@@ -26,8 +26,15 @@ Errors: :class:`CompileError` (a ``RuntimeError``) with NVRTC's log for a compil
 import math as _math
 import struct as _struct
 
-from ._core import CompileError, JitKernel as Kernel
-from ._core import _jit_cache_dir, _jit_clear_cache, _jit_compile, _jit_nvrtc, _jit_set_cache
+from ._core import (
+    CompileError,
+    _jit_cache_dir,
+    _jit_clear_cache,
+    _jit_compile,
+    _jit_nvrtc,
+    _jit_set_cache,
+)
+from ._core import JitKernel as Kernel
 
 __all__ = [
     "CompileError",
@@ -54,7 +61,7 @@ __all__ = [
 ]
 
 
-def compile(source, name, *, options=()):  # noqa: A001 - the documented API name
+def compile(source, name, *, options=()):
     """Compiles kernel ``name`` of ``source`` (or takes it from the cache) -> :class:`Kernel`."""
     if not isinstance(source, str):
         raise TypeError(f"jit.compile: source must be a str, got {type(source).__name__}")
@@ -79,7 +86,7 @@ def set_cache(*, directory=None, enabled=None, max_bytes=None):
     _jit_set_cache(None if directory is None else str(directory), enabled, max_bytes)
 
 
-class readonly:  # noqa: N801 - reads as a marker at the call: k(grid, block, jit.readonly(x))
+class readonly:
     """Passes a read-only array to a kernel that only reads it: the caller promises that the
     kernel does not write it (nothing checks the promise)."""
 

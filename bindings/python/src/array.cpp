@@ -18,9 +18,8 @@ namespace {
 // The memory pools that arrays allocated here come from, one per device, made on first use and
 // kept for the life of the process. Their release threshold is unbounded: memory freed by one
 // call stays in the pool for the next, where the device's default pool (threshold 0) hands it
-// back to the driver at every synchronisation, and the next call maps it again. On an H100 that
-// made allocating calls 5 to 8% slower, timed 20 at a time between synchronisations (bfloat16
-// layer-norm backward at 4096 x 32768: 81.9% of copy against 86.5%).
+// back to the driver at every synchronisation, and the next call maps it again, which made
+// allocating calls measurably slower (docs/history/results-log.md).
 // empty_cache() hands the pools' unused memory back.
 std::mutex pools_mutex;
 std::vector<cudaMemPool_t> pools;  // by device; null where not made yet, or not supported
