@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/checked.h"
 #include "core/dispatch.cuh"
 #include "core/launch.h"
 #include "core/validate.h"
@@ -19,19 +20,12 @@ namespace detail::kmeans {
 
 namespace {
 
-/// a * b, or false when it overflows int64 (both >= 0).
-bool mul(int64_t a, int64_t b, int64_t* out) {
-  if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) return false;
-  *out = a * b;
-  return true;
-}
-
 struct Builder {
   size_t offset = 0;
   bool overflow = false;
   Piece add(int64_t count, int64_t element) {
     int64_t bytes = 0;
-    if (!mul(count, element, &bytes) ||
+    if (!checked_mul(count, element, &bytes) ||
         bytes > std::numeric_limits<int64_t>::max() / 2 - static_cast<int64_t>(offset)) {
       overflow = true;
       return {};
@@ -55,8 +49,8 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
   l.d_pad = padded_dims(d, element);
   Builder b;
   int64_t bn = 0, bk = 0, bkd = 0, bkp = 0, bd = 0;
-  if (!mul(batch, n, &bn) || !mul(batch, k, &bk) || !mul(bk, d, &bkd) || !mul(bk, l.d_pad, &bkp) ||
-      !mul(batch, d, &bd)) {
+  if (!checked_mul(batch, n, &bn) || !checked_mul(batch, k, &bk) || !checked_mul(bk, d, &bkd) ||
+      !checked_mul(bk, l.d_pad, &bkp) || !checked_mul(batch, d, &bd)) {
     l.bytes = std::numeric_limits<size_t>::max();
     return l;
   }
@@ -75,7 +69,7 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
   if (fit && random_init) {
     l.rows = b.add(bk, 4);
     int64_t words = 0;
-    if (!mul(batch, (n + 31) / 32, &words)) b.overflow = true;
+    if (!checked_mul(batch, (n + 31) / 32, &words)) b.overflow = true;
     l.bitmap = b.add(words, 4);
   }
   l.bytes = b.overflow ? std::numeric_limits<size_t>::max() : b.offset;
@@ -122,7 +116,7 @@ Status check_points(const char* op, KmeansPoints* p, bool query = false) {
     return Status(StatusCode::kMisaligned, text.str());
   }
   if (p->offsets == nullptr) {
-    if (p->batch_stride == 0 && !mul(p->n, p->ld, &p->batch_stride)) {
+    if (p->batch_stride == 0 && !checked_mul(p->n, p->ld, &p->batch_stride)) {
       return invalid(op, "points.n * points.ld overflows int64");
     }
     if (p->batch_stride < 0) {
@@ -137,13 +131,15 @@ Status check_points(const char* op, KmeansPoints* p, bool query = false) {
     }
     int64_t last = 0, rows = 0;
     if (p->batch > 0 && p->n > 0 &&
-        (!mul(p->batch - 1, p->batch_stride, &last) || !mul(p->n - 1, p->ld, &rows) ||
+        (!checked_mul(p->batch - 1, p->batch_stride, &last) ||
+         !checked_mul(p->n - 1, p->ld, &rows) ||
          last > std::numeric_limits<int64_t>::max() / 4 - rows)) {
       return invalid(op, "the points' extent overflows int64");
     }
   }
   int64_t work = 0;
-  if (!mul(p->batch, p->n, &work)) return invalid(op, "points.batch * points.n overflows int64");
+  if (!checked_mul(p->batch, p->n, &work))
+    return invalid(op, "points.batch * points.n overflows int64");
   if (query) return Status();  // a size query needs no memory
   if (work > 0 && p->data == nullptr) {
     return invalid(op, "points.data must not be null when there are points");

@@ -92,6 +92,19 @@ def has_gpu():
 requires_gpu = pytest.mark.skipif(not has_gpu(), reason="no CUDA device")
 
 
+def nvrtc_available():
+    import cudaops.jit
+
+    try:
+        cudaops.jit.nvrtc_version()
+        return True
+    except NotImplementedError:
+        return False
+
+
+requires_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed")
+
+
 # The frameworks, each skipping the test when it is missing or sees no GPU.
 @pytest.fixture
 def torch():

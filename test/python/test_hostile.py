@@ -8,7 +8,7 @@ import cudaops
 import cudaops.jit as jit
 
 import dlpack_capsules
-from conftest import FAKE_PTR
+from conftest import FAKE_PTR, requires_nvrtc
 
 
 class Capsule:
@@ -106,15 +106,7 @@ def test_stats_of_empty_rows_are_refused(cai):
     assert cudaops.rms_norm(x, w, 1e-5).shape == (4, 0)
 
 
-def nvrtc_available():
-    try:
-        jit.nvrtc_version()
-        return True
-    except NotImplementedError:
-        return False
-
-
-@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed")
+@requires_nvrtc
 def test_jit_arguments(cai, dl, tmp_path):
     jit.set_cache(directory=tmp_path, enabled=True)
     k = jit.compile('extern "C" __global__ void touch(float* x) { x[0] = 1.0f; }', "touch",

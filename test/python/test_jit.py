@@ -12,7 +12,7 @@ import pytest
 import cudaops
 import cudaops.jit as jit
 
-from conftest import requires_gpu
+from conftest import requires_gpu, requires_nvrtc
 
 SAXPY = textwrap.dedent(
     """
@@ -34,15 +34,6 @@ SAXPY = textwrap.dedent(
 )
 
 
-def nvrtc_available():
-    try:
-        jit.nvrtc_version()
-        return True
-    except NotImplementedError:
-        return False
-
-
-requires_nvrtc = pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed")
 
 
 @pytest.fixture(autouse=True)
