@@ -96,6 +96,8 @@ run_python_benches() {
   cp "$log/rowwise-torch.log" "$log/rowwise_torch.md"
   PYTHONPATH=$1 step topk-torch "$py" bench/topk_torch.py
   cp "$log/topk-torch.log" "$log/topk_torch.md"
+  PYTHONPATH=$1 step kmeans-torch "$py" bench/kmeans_torch.py
+  cp "$log/kmeans-torch.log" "$log/kmeans_torch.md"
 }
 
 # The benches alone, for a results table: the CLI and the module from one `gpu` build tree.
@@ -218,7 +220,7 @@ if [ -f "$log/bench.json" ]; then
   rm -f "$log/RESULTS.md"
   [ -f bench/RESULTS.md ] && cp bench/RESULTS.md "$log/RESULTS.md"
   extras=()
-  for f in python_overhead rowwise_torch topk_torch jit; do
+  for f in python_overhead rowwise_torch topk_torch kmeans_torch jit; do
     [ -s "$log/$f.md" ] && extras+=("$log/$f.md")
   done
   stream_arg=()

@@ -316,6 +316,12 @@ Status launch_assign_warps(const AssignArgs<T>& args, int64_t batch, cudaStream_
 
 template <typename T>
 Status launch_assign(const Call& call, cudaStream_t stream) {
+#if !defined(CUDAOPS_NO_SM90A)
+  if constexpr (!std::is_same_v<T, float>) {
+    bool done = false;
+    if (Status s = launch_assign_wgmma<T>(call, stream, &done); !s.ok() || done) return s;
+  }
+#endif
   const int warps = assign_warps(call.d_pad, sizeof(T));
   AssignArgs<T> args{rows_of<T>(call.points),
                      static_cast<const T*>(call.operand),

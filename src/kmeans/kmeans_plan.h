@@ -96,6 +96,15 @@ struct Call {
 template <typename T>
 Status launch_assign(const Call& call, cudaStream_t stream);
 
+/// Most dimensions the Hopper assignment (wgmma, sm_90a, 16-bit points) takes.
+inline constexpr int64_t kWgmmaMaxDims = 256;
+
+/// The assignment on Hopper's warpgroup MMA, for 16-bit points of at most kWgmmaMaxDims
+/// dimensions on a device of compute capability 9.0 (kmeans_assign_sm90a.cu). Sets *launched to
+/// whether it launched; where it did not, the caller takes the mma.sync kernel.
+template <typename T>
+Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched);
+
 /// kmeans for points of T (T = float, __half or __nv_bfloat16).
 template <typename T>
 Status fit(const Call& call, const KmeansParams& params, const KmeansResult& result,

@@ -124,20 +124,23 @@ struct SumArgs {
   int64_t k;
   int64_t items;  // batch * k
   int d;
-  bool vec;  // rows of d values may be read 8 bytes at a time
   bool cosine;
 };
 
 constexpr int kSumWarps = 8;
 
-/// New centroids: a warp per cluster adds its points' working rows (y, or y / |y| for cosine) in
-/// row order, and writes their mean (cosine: their sum at unit length). Empty clusters, and
-/// cosine sums of zero, keep their centroid. kBatch rows are loaded before any is added.
-template <typename T, int kQ>
-__global__ void __launch_bounds__(kSumWarps * 32, 3) sum_kernel(SumArgs<T> args) {
-  constexpr int kBatch = kQ == 1 ? 8 : kQ == 2 ? 4 : 2;
-  using Slice = RowSlice<T, kQ>;
+/// New centroids: a warp per cluster adds its points' working rows (y, or y / |y| for cosine) and
+/// writes their mean (cosine: their sum at unit length). Empty clusters, and cosine sums of zero,
+/// keep their centroid. A row is read in 16-byte pieces by kL lanes (kQ pieces each), so a warp
+/// reads 32 / kL rows per load and keeps several loads in flight; each group of kL lanes adds
+/// its rows in row order and the groups are added in a fixed order: the same bits every run.
+template <typename T, int kL, int kQ>
+__global__ void __launch_bounds__(kSumWarps * 32, kQ == 1 ? 4 : 2) sum_kernel(SumArgs<T> args) {
+  constexpr int kSumUnroll = kQ == 1 ? 4 : 2;  // loads a lane has in flight before it adds any
+  constexpr int kV = 16 / static_cast<int>(sizeof(T));  // values per piece
+  constexpr int kR = kWarp / kL;                        // rows per load
   const int lane = threadIdx.x % kWarp;
+  const int sub = lane / kL, part = lane % kL;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kSumWarps + threadIdx.x / kWarp;
   if (item >= args.items) return;
   const int64_t b = item / args.k;
@@ -148,54 +151,115 @@ __global__ void __launch_bounds__(kSumWarps * 32, 3) sum_kernel(SumArgs<T> args)
   int64_t len;
   args.rows.problem(b, &first, &len);
   const int32_t* perm = args.perm + b * args.rows.n + start;
-  const float* mu = args.means != nullptr ? args.means + b * args.d : nullptr;
-  Slice acc;
-  acc.zero();
+  const int row_pieces = (args.d + kV - 1) / kV;
+  const bool whole_last = args.d % kV == 0;  // the last piece of a row lies inside d
+  float mu[kQ][kV];
+  float acc[kQ][kV];
+#pragma unroll
+  for (int q = 0; q < kQ; ++q) {
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      const int c = (part + q * kL) * kV + e;
+      mu[q][e] = args.means != nullptr && c < args.d ? __ldg(args.means + b * args.d + c) : 0.0f;
+      acc[q][e] = 0.0f;
+    }
+  }
   for (int p0 = 0; p0 < count; p0 += kWarp) {
     const int mine = p0 + lane < count ? __ldg(perm + p0 + lane) : 0;
     const int m = min(kWarp, count - p0);
-    for (int j = 0; j < m; j += kBatch) {
-      Slice rowv[kBatch];
+    for (int j = 0; j < m; j += kR * kSumUnroll) {
+      uint4 raw[kSumUnroll][kQ];
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int r = __shfl_sync(kFull, mine, (j + u) % kWarp);
-        if (j + u < m) {
-          rowv[u].load(first + static_cast<int64_t>(r) * args.rows.ld, args.d, args.vec, mu, lane);
+      for (int u = 0; u < kSumUnroll; ++u) {
+        const int idx = j + u * kR + sub;
+        const int r = __shfl_sync(kFull, mine, idx % kWarp);
+        const T* row = first + static_cast<int64_t>(r) * args.rows.ld;
+#pragma unroll
+        for (int q = 0; q < kQ; ++q) {
+          const int piece = part + q * kL;
+          raw[u][q] = make_uint4(0, 0, 0, 0);
+          if (idx < m && piece < row_pieces) {
+            if (piece + 1 < row_pieces || whole_last) {
+              raw[u][q] = __ldg(reinterpret_cast<const uint4*>(row) + piece);
+            } else {
+              T* t = reinterpret_cast<T*>(&raw[u][q]);
+#pragma unroll
+              for (int e = 0; e < kV; ++e) {
+                if (piece * kV + e < args.d) t[e] = row[piece * kV + e];
+              }
+            }
+          }
         }
       }
 #pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        if (j + u >= m) continue;
-        float scale = 1.0f;
+      for (int u = 0; u < kSumUnroll; ++u) {
+        // Values past d are zero in raw and mu alike; a row past the end is scaled by 0.
+        const bool valid = j + u * kR + sub < m;
+        float scale = valid ? 1.0f : 0.0f;
         if (args.cosine) {
-          const float s = warp_sum(rowv[u].dot(rowv[u]));
-          scale = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
+          float norm = 0.0f;
+#pragma unroll
+          for (int q = 0; q < kQ; ++q) {
+            const T* t = reinterpret_cast<const T*>(&raw[u][q]);
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              const float f = to_float(t[e]) - mu[q][e];
+              norm = fmaf(f, f, norm);
+            }
+          }
+#pragma unroll
+          for (int o = kL / 2; o > 0; o >>= 1)
+            norm += __shfl_xor_sync(kFull, norm, o);
+          scale = valid && norm > 0.0f ? 1.0f / sqrtf(norm) : 0.0f;
         }
 #pragma unroll
         for (int q = 0; q < kQ; ++q) {
+          const T* t = reinterpret_cast<const T*>(&raw[u][q]);
 #pragma unroll
-          for (int e = 0; e < Slice::kV; ++e)
-            acc.v[q][e] = fmaf(rowv[u].v[q][e], scale, acc.v[q][e]);
+          for (int e = 0; e < kV; ++e)
+            acc[q][e] = fmaf(to_float(t[e]) - mu[q][e], scale, acc[q][e]);
         }
+      }
+    }
+  }
+  // The row groups' sums, added in a fixed order (the lower group first).
+#pragma unroll
+  for (int o = kL; o < kWarp; o <<= 1) {
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        const float other = __shfl_xor_sync(kFull, acc[q][e], o);
+        acc[q][e] = (lane & o) != 0 ? other + acc[q][e] : acc[q][e] + other;
       }
     }
   }
   float scale;
   if (args.cosine) {
-    const float s = warp_sum(acc.dot(acc));
-    if (s <= 0.0f) return;  // a zero sum keeps the centroid
-    scale = 1.0f / sqrtf(s);
+    float s2 = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+#pragma unroll
+      for (int e = 0; e < kV; ++e)
+        s2 = fmaf(acc[q][e], acc[q][e], s2);
+    }
+#pragma unroll
+    for (int o = kL / 2; o > 0; o >>= 1)
+      s2 += __shfl_xor_sync(kFull, s2, o);
+    if (s2 <= 0.0f) return;  // a zero sum keeps the centroid
+    scale = 1.0f / sqrtf(s2);
   } else {
     scale = 1.0f / static_cast<float>(count);
   }
+  if (sub != 0) return;
   float* out = args.centroids + item * args.d;
 #pragma unroll
   for (int q = 0; q < kQ; ++q) {
-    const int e0 = (lane + q * kWarp) * Slice::kV;
+    const int c0 = (part + q * kL) * kV;
 #pragma unroll
-    for (int u = 0; u < Slice::kV; ++u) {
-      if (e0 + u < args.d) {
-        out[e0 + u] = args.cosine ? acc.v[q][u] * scale : acc.v[q][u] / static_cast<float>(count);
+    for (int e = 0; e < kV; ++e) {
+      if (c0 + e < args.d) {
+        out[c0 + e] = args.cosine ? acc[q][e] * scale : acc[q][e] / static_cast<float>(count);
       }
     }
   }
@@ -303,19 +367,21 @@ Status launch_update(const Call& call, cudaStream_t stream) {
                   call.k,
                   p.batch * call.k,
                   static_cast<int>(p.d),
-                  rows_vec<T>(p),
                   call.metric == KmeansMetric::kCosine};
   const unsigned blocks = blocks_for(args.items, kSumWarps);
-  switch (slice_groups<T>(p.d)) {
-    case 1:
-      sum_kernel<T, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
-      break;
-    case 2:
-      sum_kernel<T, 2><<<blocks, kSumWarps * 32, 0, stream>>>(args);
-      break;
-    default:
-      sum_kernel<T, 4><<<blocks, kSumWarps * 32, 0, stream>>>(args);
-      break;
+  // Lanes per row: the fewest powers of two of 16-byte pieces that cover it (at most 32, with
+  // two pieces each past 512 bytes).
+  const int64_t pieces = (p.d * static_cast<int64_t>(sizeof(T)) + 15) / 16;
+  if (pieces <= 4) {
+    sum_kernel<T, 4, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+  } else if (pieces <= 8) {
+    sum_kernel<T, 8, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+  } else if (pieces <= 16) {
+    sum_kernel<T, 16, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+  } else if (pieces <= 32) {
+    sum_kernel<T, 32, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
+  } else {
+    sum_kernel<T, 32, 2><<<blocks, kSumWarps * 32, 0, stream>>>(args);
   }
   return launched(stream);
 }

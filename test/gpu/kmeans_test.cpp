@@ -426,9 +426,9 @@ std::vector<Case> Cases() {
   struct Shape {
     int64_t batch, n, d, k;
   };
-  const Shape shapes[] = {{1, 1, 1, 1},     {3, 7, 3, 2},        {2, 199, 64, 5},
-                          {5, 257, 96, 65}, {1, 1000, 128, 130}, {4, 300, 200, 17},
-                          {2, 513, 256, 64}};
+  const Shape shapes[] = {{1, 1, 1, 1},      {3, 7, 3, 2},        {2, 199, 64, 5},
+                          {5, 257, 96, 65},  {1, 1000, 128, 130}, {4, 300, 200, 17},
+                          {2, 513, 256, 64}, {2, 700, 128, 300}};
   for (DType dtype : kDtypes) {
     for (const Shape& s : shapes) {
       for (KmeansMetric metric : {KmeansMetric::kL2, KmeansMetric::kCosine}) {

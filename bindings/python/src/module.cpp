@@ -29,6 +29,7 @@ PYBIND11_MODULE(_core, m) {
   bind_rowwise(m);
   bind_jit(m);
   bind_topk(m);
+  bind_kmeans(m);
 
   m.def("_set_fast_paths", &set_fast_paths, py::arg("enabled"),
         "Read torch tensors and cudaops.Array directly (True, the default) or only through "

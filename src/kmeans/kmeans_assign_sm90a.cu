@@ -1,0 +1,402 @@
+// Batched k-means: the assignment on Hopper's warpgroup matrix instructions (wgmma, sm_90a), for
+// 16-bit points of up to kWgmmaMaxDims dimensions. This file alone is compiled for sm_90a (its
+// image loads on compute capability 9.0 only); launch_assign takes it there and the mma.sync
+// kernel (kmeans_assign.cuh) everywhere else.
+//
+// A block of two warpgroups takes 128 points (64 per warpgroup: one m64 tile) and walks the
+// centroids 128 at a time, double-buffered in shared memory by cp.async. Both operands sit in
+// shared memory in the 128-byte swizzled K-major layout that wgmma reads without bank conflicts:
+// 64 values of a row per 128 bytes, the row's eight 16-byte pieces permuted by the row index
+// mod 8, and rows of K past 64 in further blocks of the same shape. Each warpgroup multiplies its
+// 64 x 128 tile with wgmma.m64n128k16 (float32 accumulators in registers) and keeps each row's
+// running minimum of bias_j - alpha * y . c_j, as the mma.sync kernel does; two blocks per SM let
+// one block's arg-min run while the other's products do.
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "kmeans/kmeans_device.cuh"
+
+namespace cudaops::detail::kmeans {
+namespace {
+
+constexpr int kWgThreads = 128;                // a warpgroup
+constexpr int kWgmmaGroups = 2;                // warpgroups per block
+constexpr int kWgmmaRows = 64 * kWgmmaGroups;  // points per block
+constexpr int kWgmmaThreads = kWgThreads * kWgmmaGroups;
+constexpr int kWgmmaN = 128;     // centroids per step
+constexpr int kAtomValues = 64;  // 16-bit values per 128-byte swizzled row
+
+template <typename T>
+struct WgmmaArgs {
+  Rows<T> rows;
+  const T* operand;   // [batch, k, d_pad]
+  const float* bias;  // [batch, k]
+  int64_t k;
+  int d;
+  int d_pad;
+  float alpha;
+  int64_t tiles;       // blocks per problem
+  const float* means;  // [batch, d] subtracted from the points before the products, or null
+  bool cosine;
+  int32_t* labels;  // [batch, n]
+  float* scores;    // [batch, n]
+  float* point_w;   // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of the rounded y); or null
+};
+
+/// Bytes of dynamic shared memory: the points, two stages of centroids, two stages of their
+/// biases, and the slack that aligns the tiles to 1024 bytes (the swizzle's period).
+inline size_t wgmma_smem(int k_blocks) {
+  const size_t block = static_cast<size_t>(k_blocks) * 128;  // bytes of a row across K
+  return (kWgmmaRows + 2 * kWgmmaN) * block + 2 * kWgmmaN * sizeof(float) + 1024;
+}
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16 bytes from global to shared memory, of which `bytes` (0 to 16) are read and the rest zero.
+__device__ __forceinline__ void copy16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
+/// Byte offset of 16-byte piece p (0 to 8 k_blocks - 1) of row r in a swizzled tile of `rows`
+/// rows: K-block p / 8, then the row, then piece p % 8 permuted by r mod 8.
+__device__ __forceinline__ uint32_t swizzled(int rows, int r, int p) {
+  return static_cast<uint32_t>(((p >> 3) * rows + r) * 128 + (((p & 7) ^ (r & 7)) << 4));
+}
+
+/// A wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t descriptor(uint32_t address) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+/// d (64 x 128 float32 accumulators of the warpgroup) = or += a . b^T over 16 values of K.
+template <typename T>
+__device__ __forceinline__ void wgmma_128(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "l"(a), "l"(b), "r"(accumulate));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63])
+        : "l"(a), "l"(b), "r"(accumulate));
+  }
+#endif
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_and_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+/// Orders this thread's shared-memory writes (cp.async and ordinary stores) before the tensor
+/// cores' reads that follow the next barrier.
+__device__ __forceinline__ void fence_async_shared() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+/// Keeps the compiler from moving accesses of the accumulators across the wgmma that owns them.
+__device__ __forceinline__ void hold(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i)
+    asm volatile("" : "+f"(d[i]));
+}
+
+// Two blocks per SM where their shared memory fits (K up to 128), one otherwise.
+template <typename T, int kKBlocks>
+__global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
+    assign_wgmma_kernel(WgmmaArgs<T> args) {
+  extern __shared__ unsigned char raw_smem[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(raw_smem) + 1023) & ~static_cast<uintptr_t>(1023));
+  constexpr int block_bytes = kKBlocks * 128;
+  unsigned char* a_tile = smem;
+  unsigned char* b_tiles = smem + kWgmmaRows * block_bytes;  // two stages of kWgmmaN rows
+  float* b_bias = reinterpret_cast<float*>(b_tiles + 2 * kWgmmaN * block_bytes);
+  const uint32_t a_addr = smem_u32(a_tile);
+  const uint32_t b_addr = smem_u32(b_tiles);
+
+  const int64_t b = blockIdx.x / args.tiles;
+  const int64_t row0 = (blockIdx.x % args.tiles) * kWgmmaRows;
+  const T* first;
+  int64_t len;
+  args.rows.problem(b, &first, &len);
+  if (row0 >= len) return;
+  constexpr int pieces = kKBlocks * 8;  // 16-byte pieces of a row across K
+  const int tid = static_cast<int>(threadIdx.x);
+
+  // The block's points: rows past the problem's end and values past d are zero.
+  {
+    const int row_bytes = args.d * static_cast<int>(sizeof(T));
+    for (int idx = tid; idx < kWgmmaRows * pieces; idx += kWgmmaThreads) {
+      const int r = idx / pieces, p = idx % pieces;
+      const int64_t i = row0 + r;
+      const int bytes = i < len ? max(0, min(16, row_bytes - p * 16)) : 0;
+      const unsigned char* src =
+          reinterpret_cast<const unsigned char*>(first) +
+          (bytes > 0 ? (i * args.rows.ld) * static_cast<int64_t>(sizeof(T)) + p * 16 : 0);
+      copy16(a_addr + swizzled(kWgmmaRows, r, p), src, bytes);
+    }
+  }
+  const T* operand = args.operand + b * args.k * args.d_pad;
+  const float* bias = args.bias + b * args.k;
+  const int64_t n_chunks = (args.k + kWgmmaN - 1) / kWgmmaN;
+  const int operand_bytes = args.d_pad * static_cast<int>(sizeof(T));
+  auto load_chunk = [&](int64_t chunk) {
+    const int stage = static_cast<int>(chunk & 1);
+    const uint32_t dst = b_addr + stage * kWgmmaN * block_bytes;
+    const int64_t j0 = chunk * kWgmmaN;
+#pragma unroll 1
+    for (int idx = tid; idx < kWgmmaN * pieces; idx += kWgmmaThreads) {
+      const int r = idx / pieces, p = idx % pieces;
+      const bool inside = j0 + r < args.k;
+      const int bytes = inside ? max(0, min(16, operand_bytes - p * 16)) : 0;
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(operand) +
+                                 (bytes > 0 ? (j0 + r) * operand_bytes + p * 16 : 0);
+      copy16(dst + swizzled(kWgmmaN, r, p), src, bytes);
+    }
+    // Columns past k score +inf: never the minimum.
+    for (int c = tid; c < kWgmmaN; c += kWgmmaThreads)
+      b_bias[stage * kWgmmaN + c] = j0 + c < args.k ? __ldg(bias + j0 + c) : INFINITY;
+  };
+  // Groups: the points with the first chunk, then the second chunk (empty if there is none), so
+  // that "all but the newest group" is always the chunk about to be used.
+  load_chunk(0);
+  asm volatile("cp.async.commit_group;\n" ::);
+  if (n_chunks > 1) load_chunk(1);
+  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.wait_group 1;\n" ::);
+  __syncthreads();
+
+  if (args.means != nullptr) {
+    // Centred in place, before rounding: the products then carry the precision of x - mean,
+    // which a large mean (as attention keys have) would otherwise take.
+    const float* mu = args.means + b * args.d;
+    for (int idx = tid; idx < kWgmmaRows * pieces; idx += kWgmmaThreads) {
+      const int r = idx / pieces, p = idx % pieces;
+      if (row0 + r >= len || p * 8 >= args.d) continue;
+      uint4* at = reinterpret_cast<uint4*>(a_tile + swizzled(kWgmmaRows, r, p));
+      uint4 w = *at;
+      T* v = reinterpret_cast<T*>(&w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if (p * 8 + e < args.d) v[e] = from_float<T>(to_float(v[e]) - __ldg(mu + p * 8 + e));
+      }
+      *at = w;
+    }
+    __syncthreads();
+  }
+  if (args.point_w != nullptr && tid < kWgmmaRows && row0 + tid < len) {
+    // Each point's weight, from its row in shared memory (values past d are zero).
+    float s = 0.0f;
+    for (int p = 0; p < pieces; ++p) {
+      const uint4 w = *reinterpret_cast<const uint4*>(a_tile + swizzled(kWgmmaRows, tid, p));
+      const T* v = reinterpret_cast<const T*>(&w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float f = to_float(v[e]);
+        s = fmaf(f, f, s);
+      }
+    }
+    args.point_w[b * args.rows.n + row0 + tid] =
+        args.cosine ? (s > 0.0f ? 1.0f / sqrtf(s) : 0.0f) : s;
+  }
+  fence_async_shared();
+  __syncthreads();
+
+  const int group = tid / kWgThreads;
+  const int warp = (tid % kWgThreads) / kWarp, lane = tid % kWarp;
+  const int quad = lane % 4;
+  float best[2] = {INFINITY, INFINITY};
+  int best_j[2] = {INT32_MAX, INT32_MAX};
+  const uint32_t a_group = a_addr + group * 64 * 128;  // the warpgroup's 64 rows
+
+  for (int64_t chunk = 0; chunk < n_chunks; ++chunk) {
+    const int stage = static_cast<int>(chunk & 1);
+    const uint32_t b_stage = b_addr + stage * kWgmmaN * block_bytes;
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i)
+      acc[i] = 0.0f;
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < kKBlocks * 4; ++s) {
+      const uint32_t a_at = a_group + (s >> 2) * kWgmmaRows * 128 + (s & 3) * 32;
+      const uint32_t b_at = b_stage + (s >> 2) * kWgmmaN * 128 + (s & 3) * 32;
+      wgmma_128<T>(acc, descriptor(a_at), descriptor(b_at), s > 0 ? 1 : 0);
+    }
+    wgmma_commit_and_wait();
+    hold(acc);
+    // Each row's running minimum: first the chunk's smallest score of the row, then, only where
+    // it beats the running one, the first column that has it (columns in increasing order, so a
+    // tie keeps the lower index). Lane l holds columns 8 j + 2 (l % 4) + e of rows l / 4 (h = 0)
+    // and l / 4 + 8 (h = 1) of its warp's 16.
+    const float* bj = b_bias + stage * kWgmmaN + 2 * quad;
+    float low[2] = {INFINITY, INFINITY};
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float2 bv = *reinterpret_cast<const float2*>(bj + 8 * j);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        low[h] = fminf(low[h], fmaf(-args.alpha, acc[4 * j + 2 * h], bv.x));
+        low[h] = fminf(low[h], fmaf(-args.alpha, acc[4 * j + 2 * h + 1], bv.y));
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (low[h] < best[h]) {
+        int at = 0;
+#pragma unroll
+        for (int j = 15; j >= 0; --j) {
+          const float2 bv = *reinterpret_cast<const float2*>(bj + 8 * j);
+          if (fmaf(-args.alpha, acc[4 * j + 2 * h + 1], bv.y) == low[h]) at = 8 * j + 2 * quad + 1;
+          if (fmaf(-args.alpha, acc[4 * j + 2 * h], bv.x) == low[h]) at = 8 * j + 2 * quad;
+        }
+        best[h] = low[h];
+        best_j[h] = static_cast<int>(chunk * kWgmmaN) + at;
+      }
+    }
+    __syncthreads();  // every warpgroup is done with the stage
+    if (chunk + 2 < n_chunks) load_chunk(chunk + 2);
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 1;\n" ::);  // the next chunk has landed
+    fence_async_shared();
+    __syncthreads();
+  }
+  // The four lanes of a row hold its columns interleaved: the smallest, lower index on a tie.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float v = best[h];
+    int j = best_j[h];
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1) {
+      const float ov = __shfl_xor_sync(kFull, v, o);
+      const int oj = __shfl_xor_sync(kFull, j, o);
+      if (ov < v || (ov == v && oj < j)) {
+        v = ov;
+        j = oj;
+      }
+    }
+    const int64_t i = row0 + group * 64 + warp * 16 + h * 8 + lane / 4;
+    if (quad == 0 && i < len) {
+      args.labels[b * args.rows.n + i] = j == INT32_MAX ? 0 : j;
+      args.scores[b * args.rows.n + i] = j == INT32_MAX ? NAN : v;
+    }
+  }
+}
+
+/// Whether the wgmma kernel of T runs on the current device: an sm_90a image loads on compute
+/// capability 9.0 alone. Asked once per device; CUDAOPS_KMEANS_WGMMA=0 turns it off.
+template <typename T>
+bool wgmma_runs() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("CUDAOPS_KMEANS_WGMMA");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  if (!enabled) return false;
+  constexpr int kDevices = 64;
+  // 0: not asked yet, 1: runs, 2: does not.
+  static std::atomic<int> known[kDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return false;
+  if (device < kDevices) {
+    const int v = known[device].load(std::memory_order_relaxed);
+    if (v != 0) return v == 1;
+  }
+  cudaFuncAttributes attributes = {};
+  const bool runs = cudaFuncGetAttributes(&attributes, assign_wgmma_kernel<T, 1>) == cudaSuccess;
+  (void)cudaGetLastError();  // a missing image is an answer here, not an error to report later
+  if (device < kDevices) known[device].store(runs ? 1 : 2, std::memory_order_relaxed);
+  return runs;
+}
+
+template <typename T, int kKBlocks>
+Status launch_blocks(const WgmmaArgs<T>& args, int64_t batch, cudaStream_t stream,
+                     bool* launched_here) {
+  const auto kernel = assign_wgmma_kernel<T, kKBlocks>;
+  const size_t smem = wgmma_smem(kKBlocks);
+  if (Status s = allow_smem(kernel, smem); !s.ok()) return s;
+  kernel<<<static_cast<unsigned>(batch * args.tiles), kWgmmaThreads, smem, stream>>>(args);
+  *launched_here = true;
+  return launched(stream);
+}
+
+}  // namespace
+
+template <typename T>
+Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched_here) {
+  *launched_here = false;
+  if (call.points.d > kWgmmaMaxDims || !wgmma_runs<T>()) return Status();
+  const int k_blocks = static_cast<int>((call.points.d + kAtomValues - 1) / kAtomValues);
+  WgmmaArgs<T> args{rows_of<T>(call.points),
+                    static_cast<const T*>(call.operand),
+                    call.bias,
+                    call.k,
+                    static_cast<int>(call.points.d),
+                    static_cast<int>(call.d_pad),
+                    call.metric == KmeansMetric::kCosine ? 1.0f : 2.0f,
+                    (call.points.n + kWgmmaRows - 1) / kWgmmaRows,
+                    call.center ? call.means : nullptr,
+                    call.metric == KmeansMetric::kCosine,
+                    call.labels,
+                    call.scores,
+                    call.point_w};
+  switch (k_blocks) {
+    case 1:
+      return launch_blocks<T, 1>(args, call.points.batch, stream, launched_here);
+    case 2:
+      return launch_blocks<T, 2>(args, call.points.batch, stream, launched_here);
+    case 3:
+      return launch_blocks<T, 3>(args, call.points.batch, stream, launched_here);
+    default:
+      return launch_blocks<T, 4>(args, call.points.batch, stream, launched_here);
+  }
+}
+
+template Status launch_assign_wgmma<__half>(const Call&, cudaStream_t, bool*);
+template Status launch_assign_wgmma<__nv_bfloat16>(const Call&, cudaStream_t, bool*);
+
+}  // namespace cudaops::detail::kmeans
