@@ -11,23 +11,6 @@ namespace {
 // ---- the assignment
 // ------------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-/// 16 bytes from global to shared memory, of which `bytes` (0 to 16) are read and the rest zero.
-__device__ __forceinline__ void copy16(void* dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src),
-               "r"(bytes));
-}
-__device__ __forceinline__ void copy_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void copy_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -58,23 +41,6 @@ __device__ __forceinline__ void mma(float (&acc)[4], const uint32_t (&a)[4], uin
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
-
-template <typename T>
-struct AssignArgs {
-  Rows<T> rows;
-  const T* operand;   // [batch, k, d_pad]
-  const float* bias;  // [batch, k]
-  int64_t k;
-  int d;
-  int d_pad;
-  float alpha;
-  int64_t tiles;       // blocks per problem
-  const float* means;  // [batch, d] subtracted from the points before the products, or null
-  bool cosine;
-  int32_t* labels;  // [batch, n]
-  float* scores;    // [batch, n]
-  float* point_w;   // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of the rounded y); or null
-};
 
 /// Bytes of a row of A or B in shared memory: the padded row and 16 bytes more, so that the 8
 /// rows an ldmatrix reads fall in different banks.
@@ -274,22 +240,8 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
   for (int m = 0; m < 2; ++m) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float v = best[m][h];
-      int j = best_j[m][h];
-#pragma unroll
-      for (int o = 1; o < 4; o <<= 1) {
-        const float ov = __shfl_xor_sync(kFull, v, o);
-        const int oj = __shfl_xor_sync(kFull, j, o);
-        if (ov < v || (ov == v && oj < j)) {
-          v = ov;
-          j = oj;
-        }
-      }
-      const int64_t i = row0 + warp * 32 + m * 16 + h * 8 + g;
-      if (t == 0 && i < len) {
-        args.labels[b * args.rows.n + i] = j == INT32_MAX ? 0 : j;
-        args.scores[b * args.rows.n + i] = j == INT32_MAX ? NAN : v;
-      }
+      write_best(args, b, row0 + warp * 32 + m * 16 + h * 8 + g, len, best[m][h], best_j[m][h],
+                 t == 0);
     }
   }
 }
@@ -323,19 +275,7 @@ Status launch_assign(const Call& call, cudaStream_t stream) {
   }
 #endif
   const int warps = assign_warps(call.d_pad, sizeof(T));
-  AssignArgs<T> args{rows_of<T>(call.points),
-                     static_cast<const T*>(call.operand),
-                     call.bias,
-                     call.k,
-                     static_cast<int>(call.points.d),
-                     static_cast<int>(call.d_pad),
-                     call.metric == KmeansMetric::kCosine ? 1.0f : 2.0f,
-                     (call.points.n + warps * 32 - 1) / (warps * 32),
-                     call.center ? call.means : nullptr,
-                     call.metric == KmeansMetric::kCosine,
-                     call.labels,
-                     call.scores,
-                     call.point_w};
+  const AssignArgs<T> args = assign_args<T>(call, warps * 32);
   switch (warps) {
     case 8:
       return launch_assign_warps<T, 8>(args, call.points.batch, stream);

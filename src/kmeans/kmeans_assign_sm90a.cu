@@ -27,37 +27,11 @@ constexpr int kWgmmaThreads = kWgThreads * kWgmmaGroups;
 constexpr int kWgmmaN = 128;     // centroids per step
 constexpr int kAtomValues = 64;  // 16-bit values per 128-byte swizzled row
 
-template <typename T>
-struct WgmmaArgs {
-  Rows<T> rows;
-  const T* operand;   // [batch, k, d_pad]
-  const float* bias;  // [batch, k]
-  int64_t k;
-  int d;
-  int d_pad;
-  float alpha;
-  int64_t tiles;       // blocks per problem
-  const float* means;  // [batch, d] subtracted from the points before the products, or null
-  bool cosine;
-  int32_t* labels;  // [batch, n]
-  float* scores;    // [batch, n]
-  float* point_w;   // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of the rounded y); or null
-};
-
 /// Bytes of dynamic shared memory: the points, two stages of centroids, two stages of their
 /// biases, and the slack that aligns the tiles to 1024 bytes (the swizzle's period).
 inline size_t wgmma_smem(int k_blocks) {
   const size_t block = static_cast<size_t>(k_blocks) * 128;  // bytes of a row across K
   return (kWgmmaRows + 2 * kWgmmaN) * block + 2 * kWgmmaN * sizeof(float) + 1024;
-}
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-/// 16 bytes from global to shared memory, of which `bytes` (0 to 16) are read and the rest zero.
-__device__ __forceinline__ void copy16(uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 
 /// Byte offset of 16-byte piece p (0 to 8 k_blocks - 1) of row r in a swizzled tile of `rows`
@@ -72,53 +46,47 @@ __device__ __forceinline__ uint64_t descriptor(uint32_t address) {
          (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
 }
 
+// wgmma.m64n128k16 with float32 accumulators d[0..63] for 16-bit operands of PTX type TYPE, both
+// K-major in shared memory (descriptors a and b); d is overwritten where accumulate is 0.
+#define CUDAOPS_WGMMA_M64N128K16(TYPE)                                                             \
+  asm volatile(                                                                                    \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                 \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                                 \
+      " {"                                                                                         \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                     \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "           \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "           \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"             \
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                                           \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+        "+f"(d[63])                                                                                \
+      : "l"(a), "l"(b), "r"(accumulate))
+
 /// d (64 x 128 float32 accumulators of the warpgroup) = or += a . b^T over 16 values of K.
 template <typename T>
 __device__ __forceinline__ void wgmma_128(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   if constexpr (std::is_same_v<T, __half>) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63])
-        : "l"(a), "l"(b), "r"(accumulate));
+    CUDAOPS_WGMMA_M64N128K16("f16");
   } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63])
-        : "l"(a), "l"(b), "r"(accumulate));
+    CUDAOPS_WGMMA_M64N128K16("bf16");
   }
+#else
+  (void)d;
+  (void)a;
+  (void)b;
+  (void)accumulate;
 #endif
 }
+#undef CUDAOPS_WGMMA_M64N128K16
 
 __device__ __forceinline__ void wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -148,7 +116,7 @@ __device__ __forceinline__ void hold(float (&d)[64]) {
 // Two blocks per SM where their shared memory fits (K up to 128), one otherwise.
 template <typename T, int kKBlocks>
 __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
-    assign_wgmma_kernel(WgmmaArgs<T> args) {
+    assign_wgmma_kernel(AssignArgs<T> args) {
   extern __shared__ unsigned char raw_smem[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(raw_smem) + 1023) & ~static_cast<uintptr_t>(1023));
@@ -156,8 +124,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
   unsigned char* a_tile = smem;
   unsigned char* b_tiles = smem + kWgmmaRows * block_bytes;  // two stages of kWgmmaN rows
   float* b_bias = reinterpret_cast<float*>(b_tiles + 2 * kWgmmaN * block_bytes);
-  const uint32_t a_addr = smem_u32(a_tile);
-  const uint32_t b_addr = smem_u32(b_tiles);
+  const uint32_t a_addr = smem_address(a_tile);
+  const uint32_t b_addr = smem_address(b_tiles);
 
   const int64_t b = blockIdx.x / args.tiles;
   const int64_t row0 = (blockIdx.x % args.tiles) * kWgmmaRows;
@@ -205,10 +173,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
   // Groups: the points with the first chunk, then the second chunk (empty if there is none), so
   // that "all but the newest group" is always the chunk about to be used.
   load_chunk(0);
-  asm volatile("cp.async.commit_group;\n" ::);
+  copy_commit();
   if (n_chunks > 1) load_chunk(1);
-  asm volatile("cp.async.commit_group;\n" ::);
-  asm volatile("cp.async.wait_group 1;\n" ::);
+  copy_commit();
+  copy_wait<1>();
   __syncthreads();
 
   if (args.means != nullptr) {
@@ -301,30 +269,15 @@ __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
     }
     __syncthreads();  // every warpgroup is done with the stage
     if (chunk + 2 < n_chunks) load_chunk(chunk + 2);
-    asm volatile("cp.async.commit_group;\n" ::);
-    asm volatile("cp.async.wait_group 1;\n" ::);  // the next chunk has landed
+    copy_commit();
+    copy_wait<1>();  // the next chunk has landed
     fence_async_shared();
     __syncthreads();
   }
-  // The four lanes of a row hold its columns interleaved: the smallest, lower index on a tie.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float v = best[h];
-    int j = best_j[h];
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1) {
-      const float ov = __shfl_xor_sync(kFull, v, o);
-      const int oj = __shfl_xor_sync(kFull, j, o);
-      if (ov < v || (ov == v && oj < j)) {
-        v = ov;
-        j = oj;
-      }
-    }
-    const int64_t i = row0 + group * 64 + warp * 16 + h * 8 + lane / 4;
-    if (quad == 0 && i < len) {
-      args.labels[b * args.rows.n + i] = j == INT32_MAX ? 0 : j;
-      args.scores[b * args.rows.n + i] = j == INT32_MAX ? NAN : v;
-    }
+    write_best(args, b, row0 + group * 64 + warp * 16 + h * 8 + lane / 4, len, best[h], best_j[h],
+               quad == 0);
   }
 }
 
@@ -354,7 +307,7 @@ bool wgmma_runs() {
 }
 
 template <typename T, int kKBlocks>
-Status launch_blocks(const WgmmaArgs<T>& args, int64_t batch, cudaStream_t stream,
+Status launch_blocks(const AssignArgs<T>& args, int64_t batch, cudaStream_t stream,
                      bool* launched_here) {
   const auto kernel = assign_wgmma_kernel<T, kKBlocks>;
   const size_t smem = wgmma_smem(kKBlocks);
@@ -371,19 +324,7 @@ Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched
   *launched_here = false;
   if (call.points.d > kWgmmaMaxDims || !wgmma_runs<T>()) return Status();
   const int k_blocks = static_cast<int>((call.points.d + kAtomValues - 1) / kAtomValues);
-  WgmmaArgs<T> args{rows_of<T>(call.points),
-                    static_cast<const T*>(call.operand),
-                    call.bias,
-                    call.k,
-                    static_cast<int>(call.points.d),
-                    static_cast<int>(call.d_pad),
-                    call.metric == KmeansMetric::kCosine ? 1.0f : 2.0f,
-                    (call.points.n + kWgmmaRows - 1) / kWgmmaRows,
-                    call.center ? call.means : nullptr,
-                    call.metric == KmeansMetric::kCosine,
-                    call.labels,
-                    call.scores,
-                    call.point_w};
+  const AssignArgs<T> args = assign_args<T>(call, kWgmmaRows);
   switch (k_blocks) {
     case 1:
       return launch_blocks<T, 1>(args, call.points.batch, stream, launched_here);

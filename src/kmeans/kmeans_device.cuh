@@ -65,6 +65,64 @@ struct Rows {
   }
 };
 
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16 bytes from global to shared memory (at shared address `dst`), of which `bytes` (0 to 16) are
+/// read and the rest zero.
+__device__ __forceinline__ void copy16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void copy16(void* dst, const void* src, int bytes) {
+  copy16(smem_address(dst), src, bytes);
+}
+__device__ __forceinline__ void copy_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void copy_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// What the assignment kernels (mma.sync and wgmma) are given.
+template <typename T>
+struct AssignArgs {
+  Rows<T> rows;
+  const T* operand;   // [batch, k, d_pad]
+  const float* bias;  // [batch, k]
+  int64_t k;
+  int d;
+  int d_pad;
+  float alpha;
+  int64_t tiles;       // blocks per problem
+  const float* means;  // [batch, d] subtracted from the points before the products, or null
+  bool cosine;
+  int32_t* labels;  // [batch, n]
+  float* scores;    // [batch, n]
+  float* point_w;   // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of the rounded y); or null
+};
+
+/// The end of an assignment kernel: the four lanes of a row (lane % 4) hold the minima of its
+/// columns interleaved; the smallest (lower index on a tie) is written by the lane that `writes`.
+template <typename T>
+__device__ __forceinline__ void write_best(const AssignArgs<T>& args, int64_t b, int64_t i,
+                                           int64_t len, float v, int j, bool writes) {
+#pragma unroll
+  for (int o = 1; o < 4; o <<= 1) {
+    const float ov = __shfl_xor_sync(kFull, v, o);
+    const int oj = __shfl_xor_sync(kFull, j, o);
+    if (ov < v || (ov == v && oj < j)) {
+      v = ov;
+      j = oj;
+    }
+  }
+  if (writes && i < len) {
+    args.labels[b * args.rows.n + i] = j == INT32_MAX ? 0 : j;
+    args.scores[b * args.rows.n + i] = j == INT32_MAX ? NAN : v;
+  }
+}
+
 /// Most values of a row each lane holds (d <= 32 * kPerLane).
 constexpr int kPerLane = 16;
 
@@ -146,6 +204,25 @@ inline unsigned blocks_for(int64_t items, int64_t per_block) {
 template <typename T>
 Rows<T> rows_of(const KmeansPoints& p) {
   return Rows<T>{static_cast<const T*>(p.data), p.ld, p.batch_stride, p.n, p.offsets};
+}
+
+/// The assignment's arguments for `call`, in blocks of rows_per_block points.
+template <typename T>
+AssignArgs<T> assign_args(const Call& call, int64_t rows_per_block) {
+  const bool cosine = call.metric == KmeansMetric::kCosine;
+  return AssignArgs<T>{rows_of<T>(call.points),
+                       static_cast<const T*>(call.operand),
+                       call.bias,
+                       call.k,
+                       static_cast<int>(call.points.d),
+                       static_cast<int>(call.d_pad),
+                       cosine ? 1.0f : 2.0f,
+                       (call.points.n + rows_per_block - 1) / rows_per_block,
+                       call.center ? call.means : nullptr,
+                       cosine,
+                       call.labels,
+                       call.scores,
+                       call.point_w};
 }
 
 /// Whether every row may be read 8 bytes at a time up to d (RowSlice::load).

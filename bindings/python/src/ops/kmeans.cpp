@@ -26,26 +26,26 @@ int64_t int_arg(py::handle obj, const char* what) {
 /// x [..., n, d] as a strided batch of row-major [n, d] problems: the last axis contiguous, the
 /// rows evenly spaced, the leading axes collapsing into one axis of problems.
 KmeansPoints points_of(const ArrayView& v) {
-  const size_t nd = v.shape.size();
-  if (nd < 2) {
+  const size_t axes = v.shape.size();
+  if (axes < 2) {
     throw py::value_error("kmeans: x: expected at least 2 dimensions [..., n, d], got shape " +
                           shape_text(v.shape));
   }
   KmeansPoints p;
   p.data = v.data;
   p.dtype = v.dtype;
-  p.n = v.shape[nd - 2];
-  p.d = v.shape[nd - 1];
+  p.n = v.shape[axes - 2];
+  p.d = v.shape[axes - 1];
   p.batch = 1;
-  for (size_t i = 0; i + 2 < nd; ++i)
+  for (size_t i = 0; i + 2 < axes; ++i)
     p.batch *= v.shape[i];
-  bool ok = p.d <= 1 || v.strides[nd - 1] == 1;
+  bool ok = p.d <= 1 || v.strides[axes - 1] == 1;
   const int64_t per16 = 16 / v.item_size;
-  p.ld = p.n > 1 ? v.strides[nd - 2] : (p.d + per16 - 1) / per16 * per16;
+  p.ld = p.n > 1 ? v.strides[axes - 2] : (p.d + per16 - 1) / per16 * per16;
   ok = ok && p.ld >= p.d;
   p.batch_stride = p.n * p.ld;
   int64_t expected = -1;  // the stride the next outer leading axis must have
-  for (size_t k = nd - 2; k-- > 0;) {
+  for (size_t k = axes - 2; k-- > 0;) {
     if (v.shape[k] == 1) continue;
     if (expected < 0) {
       p.batch_stride = v.strides[k];
