@@ -3,7 +3,8 @@
 #   scripts/lint.sh [BUILD_DIR]
 # clang-format (the checked-in .clang-format) over the C++ and CUDA sources; clang-tidy
 # (.clang-tidy) over the host sources of src/ and apps/ with BUILD_DIR's compile_commands.json
-# (default build/ci; skipped when there is none); ruff and codespell (pyproject.toml); trailing
+# (default build/ci; skipped when there is none) and of bindings/ (configured in BUILD_DIR-python,
+# where pybind11 is installed); ruff and codespell (pyproject.toml); trailing
 # whitespace and final newlines. Exit status: non-zero if any check failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -21,23 +22,43 @@ run() {  # run NAME COMMAND...: prints the command's complaints, remembers failu
 
 mapfile -t cxx < <(git ls-files '*.cpp' '*.h' '*.cu' '*.cuh')
 run clang-format clang-format --dry-run -Werror "${cxx[@]}"
-if [ -f "$build/compile_commands.json" ]; then
-  # The host sources the build compiles (generated ones excluded), two at a time per core.
-  mapfile -t host < <(python3 - "$build/compile_commands.json" <<'PY'
+# tidy BUILD_DIR TOP...: clang-tidy over the .cpp files BUILD_DIR compiles under the folders TOP
+# (generated ones excluded), four at a time on each core.
+tidy() {
+  local -  # pipefail off here: the filters' own status is not the verdict, the last grep is
+  set +o pipefail
+  local dir=$1
+  shift
+  local sources
+  mapfile -t sources < <(python3 - "$dir/compile_commands.json" "$@" <<'PY'
 import json, os, sys
 root = os.getcwd()
 for entry in json.load(open(sys.argv[1])):
     path = os.path.relpath(entry["file"], root)
-    if path.endswith(".cpp") and path.split(os.sep)[0] in ("src", "apps"):
+    if path.endswith(".cpp") and path.split(os.sep)[0] in sys.argv[2:]:
         print(path)
 PY
   )
-  run clang-tidy bash -c 'printf "%s\n" "$@" | sort -u |
-    xargs -P "$(nproc)" -n 4 clang-tidy -p "'"$build"'" --quiet 2>&1 |
+  printf "%s\n" "${sources[@]}" | sort -u |
+    xargs -P "$(nproc)" -n 4 clang-tidy -p "$dir" --quiet 2>&1 |
     grep -v -E "^[0-9]+ warnings? (and [0-9]+ errors? )?generated|^Suppressed|^Use -header-filter" |
-    { ! grep -E "(warning|error):" -A3; }' _ "${host[@]}"
+    { ! grep -E "(warning|error):" -A3; }
+}
+if [ -f "$build/compile_commands.json" ]; then
+  run clang-tidy tidy "$build" src apps
 else
   echo "== clang-tidy skipped: no $build/compile_commands.json (configure a preset first)"
+fi
+# The Python binding's sources: their compile commands from a configure of the module alone
+# (nothing is built), where pybind11 is installed.
+py_build=$build-python
+if pybind11_dir=$(python3 -m pybind11 --cmakedir 2>/dev/null) &&
+  cmake -S . -B "$py_build" -G Ninja -DCUDAOPS_BUILD_PYTHON=ON -DCUDAOPS_BUILD_TESTS=OFF \
+    -DCUDAOPS_BUILD_BENCH=OFF -DCUDAOPS_BUILD_APPS=OFF -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -Dpybind11_DIR="$pybind11_dir" > "$py_build.log" 2>&1; then
+  run clang-tidy-python tidy "$py_build" bindings
+else
+  echo "== clang-tidy of bindings/ skipped: no pybind11 to configure the module with (see $py_build.log)"
 fi
 mapfile -t py < <(git ls-files '*.py')
 run ruff ruff check "${py[@]}"

@@ -233,8 +233,8 @@ py::tuple shape_tuple(const Array& array) {
   return shape;
 }
 
-py::object dlpack(py::object self, py::object stream, py::object max_version, py::object dl_device,
-                  py::object copy) {
+py::object dlpack(const py::object& self, const py::object& stream, const py::object& max_version,
+                  const py::object& dl_device, const py::object& copy) {
   const Array& array = self.cast<const Array&>();
   if (!dl_device.is_none()) {
     auto requested = dl_device.cast<std::pair<int, int>>();
@@ -382,7 +382,7 @@ Frameworks take it without a copy: torch.from_dlpack, cupy.from_dlpack, jax.dlpa
 bfloat16). Array(shape, dtype="float32", device=None, stream=None) allocates uninitialised memory,
 for example to pass as out=.
 )doc")
-      .def(py::init([](std::vector<int64_t> shape, py::handle dtype, py::object device,
+      .def(py::init([](std::vector<int64_t> shape, py::handle dtype, const py::object& device,
                        py::handle stream) {
              const char* op = "cudaops.Array";
              DType parsed = parse_dtype_arg(dtype, op);

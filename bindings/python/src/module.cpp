@@ -14,7 +14,19 @@
 #include "ops.h"
 
 namespace py = pybind11;
-using namespace cudaops::python;
+using cudaops::python::bind_array;
+using cudaops::python::bind_elementwise;
+using cudaops::python::bind_jit;
+using cudaops::python::bind_kmeans;
+using cudaops::python::bind_rowwise;
+using cudaops::python::bind_topk;
+using cudaops::python::check_cuda;
+using cudaops::python::CompileError;
+using cudaops::python::CudaError;
+using cudaops::python::empty_cache;
+using cudaops::python::fast_paths;
+using cudaops::python::memory_reserved;
+using cudaops::python::set_fast_paths;
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "The compiled part of cudaops: array import, cudaops.Array and the ops.";

@@ -75,7 +75,7 @@ jit::Dim3 dims(py::handle value, const char* what) {
   return jit::Dim3(d[0], d[1], d[2]);
 }
 
-void launch(const jit::Kernel& kernel, py::handle grid, py::handle block, py::args args,
+void launch(const jit::Kernel& kernel, py::handle grid, py::handle block, const py::args& args,
             py::handle shared_mem, py::handle stream) {
   const std::string op = "jit kernel " + kernel.info().lowered_name;
   const jit::Dim3 grid_dims = dims(grid, "grid");
@@ -121,6 +121,7 @@ void launch(const jit::Kernel& kernel, py::handle grid, py::handle block, py::ar
     is_array[i] = true;
   }
   std::vector<const ArrayView*> pointers;
+  pointers.reserve(views.size());
   for (const auto& view : views)
     pointers.push_back(view.get());
   ctx.prepare(pointers);
@@ -248,7 +249,7 @@ their producers, like every op.)doc")
   });
   m.def(
       "_jit_set_cache",
-      [](py::object directory, py::object enabled, py::object max_bytes) {
+      [](const py::object& directory, const py::object& enabled, const py::object& max_bytes) {
         jit::CacheConfig config = jit::cache_config();
         if (!directory.is_none()) config.directory = py::str(directory).cast<std::string>();
         if (!enabled.is_none()) config.disk_enabled = enabled.cast<bool>();
