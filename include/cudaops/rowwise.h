@@ -76,28 +76,58 @@ CUDAOPS_EXPORT Status fused_add_rms_norm(MatrixRef x, MatrixRef residual, const 
                                          int64_t rows, int64_t cols, float eps, DType dtype,
                                          cudaStream_t stream);
 
-/// Bytes of workspace layer_norm_backward needs on the current device for this problem.
-CUDAOPS_EXPORT Status layer_norm_backward_workspace_size(int64_t rows, int64_t cols, DType dtype,
-                                                         size_t* bytes);
+/// The shape of a row-wise problem: rows x cols elements of dtype.
+struct RowShape {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  DType dtype = DType::kFloat32;
+};
 
-/// Gradients of layer_norm given its mean and rstd: dx (rows x cols), dweight and dbias (cols
-/// each, in dtype). d_workspace must hold layer_norm_backward_workspace_size bytes, 16-byte
-/// aligned (it may be null when that size is 0).
-CUDAOPS_EXPORT Status layer_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight,
-                                          const float* d_mean, const float* d_rstd, MatrixRef dx,
-                                          void* d_dweight, void* d_dbias, void* d_workspace,
-                                          size_t workspace_bytes, int64_t rows, int64_t cols,
-                                          DType dtype, cudaStream_t stream);
+/// Scratch device memory the caller provides to an op: `bytes` bytes at `data`, 16-byte aligned,
+/// sized by the op's *_workspace_size query (data may be null when that size is 0).
+struct Workspace {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+/// What layer_norm_backward reads and writes. Matrices are rows x cols, vectors of weights and
+/// their gradients cols elements in dtype, mean and rstd rows float32 values.
+struct LayerNormBackwardArgs {
+  ConstMatrixRef dy;               ///< the gradient of layer_norm's output
+  ConstMatrixRef x;                ///< layer_norm's input
+  const void* d_weight = nullptr;  ///< layer_norm's weight
+  const float* d_mean = nullptr;   ///< layer_norm's mean of each row
+  const float* d_rstd = nullptr;   ///< layer_norm's rstd of each row
+  MatrixRef dx;                    ///< the gradient of x (may be dy itself)
+  void* d_dweight = nullptr;       ///< the gradient of weight
+  void* d_dbias = nullptr;         ///< the gradient of bias
+};
+
+/// Bytes of workspace layer_norm_backward needs on the current device for this problem.
+CUDAOPS_EXPORT Status layer_norm_backward_workspace_size(const RowShape& shape, size_t* bytes);
+
+/// Gradients of layer_norm given its mean and rstd: dx, dweight and dbias. `workspace` holds
+/// layer_norm_backward_workspace_size bytes.
+CUDAOPS_EXPORT Status layer_norm_backward(const LayerNormBackwardArgs& args, const RowShape& shape,
+                                          Workspace workspace, cudaStream_t stream);
+
+/// What rms_norm_backward reads and writes (as LayerNormBackwardArgs, without mean and bias).
+struct RmsNormBackwardArgs {
+  ConstMatrixRef dy;               ///< the gradient of rms_norm's output
+  ConstMatrixRef x;                ///< rms_norm's input
+  const void* d_weight = nullptr;  ///< rms_norm's weight
+  const float* d_rstd = nullptr;   ///< rms_norm's rstd of each row
+  MatrixRef dx;                    ///< the gradient of x (may be dy itself)
+  void* d_dweight = nullptr;       ///< the gradient of weight
+};
 
 /// Bytes of workspace rms_norm_backward needs on the current device for this problem.
-CUDAOPS_EXPORT Status rms_norm_backward_workspace_size(int64_t rows, int64_t cols, DType dtype,
-                                                       size_t* bytes);
+CUDAOPS_EXPORT Status rms_norm_backward_workspace_size(const RowShape& shape, size_t* bytes);
 
-/// Gradients of rms_norm given its rstd: dx (rows x cols) and dweight (cols, in dtype).
-CUDAOPS_EXPORT Status rms_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight,
-                                        const float* d_rstd, MatrixRef dx, void* d_dweight,
-                                        void* d_workspace, size_t workspace_bytes, int64_t rows,
-                                        int64_t cols, DType dtype, cudaStream_t stream);
+/// Gradients of rms_norm given its rstd: dx and dweight. `workspace` holds
+/// rms_norm_backward_workspace_size bytes.
+CUDAOPS_EXPORT Status rms_norm_backward(const RmsNormBackwardArgs& args, const RowShape& shape,
+                                        Workspace workspace, cudaStream_t stream);
 
 /// The row-wise ops, as rowwise_plan names them.
 enum class RowwiseOp {

@@ -210,12 +210,14 @@ Status fused_add_rms_norm(MatrixRef x, MatrixRef residual, const void* d_weight,
   return launch_forward<Norm::kAddRms>(kOp, a, aligned, dtype, stream);
 }
 
-Status layer_norm_backward_workspace_size(int64_t rows, int64_t cols, DType dtype, size_t* bytes) {
-  return workspace_size<true>("layer_norm_backward_workspace_size", rows, cols, dtype, bytes);
+Status layer_norm_backward_workspace_size(const RowShape& shape, size_t* bytes) {
+  return workspace_size<true>("layer_norm_backward_workspace_size", shape.rows, shape.cols,
+                              shape.dtype, bytes);
 }
 
-Status rms_norm_backward_workspace_size(int64_t rows, int64_t cols, DType dtype, size_t* bytes) {
-  return workspace_size<false>("rms_norm_backward_workspace_size", rows, cols, dtype, bytes);
+Status rms_norm_backward_workspace_size(const RowShape& shape, size_t* bytes) {
+  return workspace_size<false>("rms_norm_backward_workspace_size", shape.rows, shape.cols,
+                               shape.dtype, bytes);
 }
 
 namespace {
@@ -251,11 +253,12 @@ bool backward_aligned(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight,
 
 }  // namespace
 
-Status layer_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight,
-                           const float* d_mean, const float* d_rstd, MatrixRef dx, void* d_dweight,
-                           void* d_dbias, void* d_workspace, size_t workspace_bytes, int64_t rows,
-                           int64_t cols, DType dtype, cudaStream_t stream) {
+Status layer_norm_backward(const LayerNormBackwardArgs& args, const RowShape& shape,
+                           Workspace workspace, cudaStream_t stream) {
   constexpr const char* kOp = "layer_norm_backward";
+  const auto& [dy, x, d_weight, d_mean, d_rstd, dx, d_dweight, d_dbias] = args;
+  const auto [rows, cols, dtype] = shape;
+  const auto [d_workspace, workspace_bytes] = workspace;
   if (Status s =
           check_backward_common(kOp, dy, x, d_weight, d_rstd, dx, d_dweight, rows, cols, dtype);
       !s.ok())
@@ -283,11 +286,12 @@ Status layer_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_we
                                backward_aligned(dy, x, d_weight, dx, dtype), dtype, stream);
 }
 
-Status rms_norm_backward(ConstMatrixRef dy, ConstMatrixRef x, const void* d_weight,
-                         const float* d_rstd, MatrixRef dx, void* d_dweight, void* d_workspace,
-                         size_t workspace_bytes, int64_t rows, int64_t cols, DType dtype,
-                         cudaStream_t stream) {
+Status rms_norm_backward(const RmsNormBackwardArgs& args, const RowShape& shape,
+                         Workspace workspace, cudaStream_t stream) {
   constexpr const char* kOp = "rms_norm_backward";
+  const auto& [dy, x, d_weight, d_rstd, dx, d_dweight] = args;
+  const auto [rows, cols, dtype] = shape;
+  const auto [d_workspace, workspace_bytes] = workspace;
   if (Status s =
           check_backward_common(kOp, dy, x, d_weight, d_rstd, dx, d_dweight, rows, cols, dtype);
       !s.ok())

@@ -294,14 +294,14 @@ TEST_P(RowwiseDtype, InPlace) {
     ASSERT_TRUE(rstd_device.upload(rstd_host, nullptr).ok());
     ASSERT_TRUE(dweight.allocate(dtype, cols).ok());
     size_t bytes = 0;
-    ASSERT_TRUE(rms_norm_backward_workspace_size(s.rows, cols, dtype, &bytes).ok());
+    ASSERT_TRUE(rms_norm_backward_workspace_size({s.rows, cols, dtype}, &bytes).ok());
     DeviceBuffer workspace;
     ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
-    ASSERT_TRUE(rms_norm_backward(dy.in(), x.in(), weight.device.data(),
-                                  static_cast<const float*>(rstd_device.data()), dy.out(),
-                                  dweight.data(), workspace.get(), bytes, s.rows, cols, dtype,
-                                  nullptr)
-                    .ok());
+    ASSERT_TRUE(
+        rms_norm_backward({dy.in(), x.in(), weight.device.data(),
+                           static_cast<const float*>(rstd_device.data()), dy.out(), dweight.data()},
+                          {s.rows, cols, dtype}, {workspace.get(), bytes}, nullptr)
+            .ok());
     const ref::NormBackward g = ref::rms_norm_backward(dy.host, x.host, weight.host, rstd, s);
     EXPECT_TRUE(Close(dy.rows_now(), g.dx, R::kGradient)) << "rms_norm_backward dx";
     HostArray dw;
@@ -337,7 +337,7 @@ TEST_P(RowwiseDtype, BackwardIsDeterministic) {
                            cols, 1e-5f, dtype, nullptr)
                     .ok());
     size_t bytes = 0;
-    ASSERT_TRUE(layer_norm_backward_workspace_size(rows, cols, dtype, &bytes).ok());
+    ASSERT_TRUE(layer_norm_backward_workspace_size({rows, cols, dtype}, &bytes).ok());
     DeviceBuffer workspace;
     ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
     HostArray first[3], second[3];
@@ -345,10 +345,15 @@ TEST_P(RowwiseDtype, BackwardIsDeterministic) {
       ASSERT_TRUE(dx.poison(nullptr).ok());
       ASSERT_TRUE(dweight.poison(nullptr).ok());
       ASSERT_TRUE(dbias.poison(nullptr).ok());
-      ASSERT_TRUE(layer_norm_backward(
-                      dy.in(), x.in(), weight.device.data(), static_cast<const float*>(mean.data()),
-                      static_cast<const float*>(rstd.data()), {dx.data(), cols}, dweight.data(),
-                      dbias.data(), workspace.get(), bytes, rows, cols, dtype, nullptr)
+      ASSERT_TRUE(layer_norm_backward({dy.in(),
+                                       x.in(),
+                                       weight.device.data(),
+                                       static_cast<const float*>(mean.data()),
+                                       static_cast<const float*>(rstd.data()),
+                                       {dx.data(), cols},
+                                       dweight.data(),
+                                       dbias.data()},
+                                      {rows, cols, dtype}, {workspace.get(), bytes}, nullptr)
                       .ok());
       ASSERT_TRUE(dx.download(&out[0], nullptr).ok());
       ASSERT_TRUE(dweight.download(&out[1], nullptr).ok());
@@ -362,14 +367,17 @@ TEST_P(RowwiseDtype, BackwardIsDeterministic) {
           << "output " << i << " differs between two runs";
     }
     // And rms_norm_backward.
-    ASSERT_TRUE(rms_norm_backward_workspace_size(rows, cols, dtype, &bytes).ok());
+    ASSERT_TRUE(rms_norm_backward_workspace_size({rows, cols, dtype}, &bytes).ok());
     HostArray w1, w2;
     for (HostArray* out : {&w1, &w2}) {
       ASSERT_TRUE(dweight.poison(nullptr).ok());
-      ASSERT_TRUE(rms_norm_backward(dy.in(), x.in(), weight.device.data(),
-                                    static_cast<const float*>(rstd.data()), {dx.data(), cols},
-                                    dweight.data(), workspace.get(), bytes, rows, cols, dtype,
-                                    nullptr)
+      ASSERT_TRUE(rms_norm_backward({dy.in(),
+                                     x.in(),
+                                     weight.device.data(),
+                                     static_cast<const float*>(rstd.data()),
+                                     {dx.data(), cols},
+                                     dweight.data()},
+                                    {rows, cols, dtype}, {workspace.get(), bytes}, nullptr)
                       .ok());
       ASSERT_TRUE(dweight.download(out, nullptr).ok());
     }
@@ -393,7 +401,7 @@ TEST_P(RowwiseDtype, GraphCapture) {
     ASSERT_TRUE(residual.make(dtype, s, 10).ok());
     ASSERT_TRUE(weight.make(dtype, {1, cols, cols}, 11).ok());
     size_t bytes = 0;
-    ASSERT_TRUE(rms_norm_backward_workspace_size(s.rows, cols, dtype, &bytes).ok());
+    ASSERT_TRUE(rms_norm_backward_workspace_size({s.rows, cols, dtype}, &bytes).ok());
     DeviceBuffer workspace;
     ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
     DeviceArray rstd, dweight;
@@ -415,9 +423,10 @@ TEST_P(RowwiseDtype, GraphCapture) {
                  static_cast<float*>(rstd.data()), 0, cols, 1e-6f, dtype, stream.get());
     const Status s3 = fused_add_rms_norm(x.out(), residual.out(), weight.device.data(), s.rows,
                                          cols, 1e-6f, dtype, stream.get());
-    const Status s4 = rms_norm_backward(
-        dz.in(), residual.in(), weight.device.data(), static_cast<const float*>(rstd.data()),
-        dz.out(), dweight.data(), workspace.get(), bytes, s.rows, cols, dtype, stream.get());
+    const Status s4 =
+        rms_norm_backward({dz.in(), residual.in(), weight.device.data(),
+                           static_cast<const float*>(rstd.data()), dz.out(), dweight.data()},
+                          {s.rows, cols, dtype}, {workspace.get(), bytes}, stream.get());
     ASSERT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
     ASSERT_TRUE(s1.ok()) << s1.to_string();
     ASSERT_TRUE(s2.ok()) << s2.to_string();
@@ -485,8 +494,8 @@ TEST_P(RowwiseDtype, ChainedCallsSeeEachOthersResults) {
     for (DeviceArray* v : {&dweight, &dweight2, &dbias})
       ASSERT_TRUE(v->allocate(dtype, cols).ok());
     size_t bytes = 0, layer_bytes = 0;
-    ASSERT_TRUE(rms_norm_backward_workspace_size(rows, cols, dtype, &bytes).ok());
-    ASSERT_TRUE(layer_norm_backward_workspace_size(rows, cols, dtype, &layer_bytes).ok());
+    ASSERT_TRUE(rms_norm_backward_workspace_size({rows, cols, dtype}, &bytes).ok());
+    ASSERT_TRUE(layer_norm_backward_workspace_size({rows, cols, dtype}, &layer_bytes).ok());
     DeviceBuffer workspace;
     ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(std::max(bytes, layer_bytes))).ok());
     const auto f = [](const DeviceArray& m) { return static_cast<float*>(m.data()); };
@@ -520,14 +529,14 @@ TEST_P(RowwiseDtype, ChainedCallsSeeEachOthersResults) {
       // The gradients of the norms in place (dx over dy), from dy = x: small values, so that the
       // float16 parameter gradients (sums over every row) stay finite.
       if (r)
-        r = step(rms_norm_backward(x.in(), in(b), w, f(rstd2), x.out(), dweight.data(),
-                                   workspace.get(), bytes, rows, cols, dtype, st),
+        r = step(rms_norm_backward({x.in(), in(b), w, f(rstd2), x.out(), dweight.data()},
+                                   {rows, cols, dtype}, {workspace.get(), bytes}, st),
                  "rms_norm_backward x, b -> x");
       if (r)
-        r = step(
-            layer_norm_backward(x.in(), in(a), w, f(mean), f(rstd1), x.out(), dweight2.data(),
-                                dbias.data(), workspace.get(), layer_bytes, rows, cols, dtype, st),
-            "layer_norm_backward x, a -> x");
+        r = step(layer_norm_backward(
+                     {x.in(), in(a), w, f(mean), f(rstd1), x.out(), dweight2.data(), dbias.data()},
+                     {rows, cols, dtype}, {workspace.get(), layer_bytes}, st),
+                 "layer_norm_backward x, a -> x");
       // A dependent launch after the plain ones of a backward pass.
       if (r)
         r = step(rms_norm(x.in(), w, out(c), nullptr, rows, cols, 1e-6f, dtype, st),
@@ -641,7 +650,7 @@ TEST_P(RowwiseDtype, BadDeviceArguments) {
       rms_norm({a.data(), 64}, odd, {b.data(), 64}, nullptr, 4, 64, 1e-6f, dtype, nullptr).code(),
       StatusCode::kMisaligned);
   size_t bytes = 0;
-  ASSERT_TRUE(rms_norm_backward_workspace_size(64, 64, dtype, &bytes).ok());
+  ASSERT_TRUE(rms_norm_backward_workspace_size({64, 64, dtype}, &bytes).ok());
   ASSERT_GT(bytes, 0u);
   DeviceBuffer workspace;
   ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
@@ -650,9 +659,13 @@ TEST_P(RowwiseDtype, BadDeviceArguments) {
   ASSERT_TRUE(dweight.allocate(dtype, 64).ok());
   // The query covers every path; any call needs more than 16 bytes of partial sums here.
   for (size_t given : {size_t{0}, size_t{16}}) {
-    const Status small = rms_norm_backward(
-        {a.data(), 64}, {a.data(), 64}, a.data(), static_cast<const float*>(rstd.data()),
-        {b.data(), 64}, dweight.data(), workspace.get(), given, 64, 64, dtype, nullptr);
+    const Status small = rms_norm_backward({{a.data(), 64},
+                                            {a.data(), 64},
+                                            a.data(),
+                                            static_cast<const float*>(rstd.data()),
+                                            {b.data(), 64},
+                                            dweight.data()},
+                                           {64, 64, dtype}, {workspace.get(), given}, nullptr);
     EXPECT_EQ(small.code(), StatusCode::kWorkspaceTooSmall) << small.to_string();
   }
   // Nothing was written.
@@ -672,11 +685,17 @@ TEST_P(RowwiseDtype, NoRowsGivesZeroParamGradients) {
   ASSERT_TRUE(dweight.poison(nullptr).ok());
   ASSERT_TRUE(dbias.poison(nullptr).ok());
   size_t bytes = 1;
-  ASSERT_TRUE(layer_norm_backward_workspace_size(0, 300, dtype, &bytes).ok());
+  ASSERT_TRUE(layer_norm_backward_workspace_size({0, 300, dtype}, &bytes).ok());
   EXPECT_EQ(bytes, 0u);
-  ASSERT_TRUE(layer_norm_backward({nullptr, 0}, {nullptr, 0}, nullptr, nullptr, nullptr,
-                                  {nullptr, 0}, dweight.data(), dbias.data(), nullptr, 0, 0, 300,
-                                  dtype, nullptr)
+  ASSERT_TRUE(layer_norm_backward({{nullptr, 0},
+                                   {nullptr, 0},
+                                   nullptr,
+                                   nullptr,
+                                   nullptr,
+                                   {nullptr, 0},
+                                   dweight.data(),
+                                   dbias.data()},
+                                  {0, 300, dtype}, {nullptr, 0}, nullptr)
                   .ok());
   for (DeviceArray* a : {&dweight, &dbias}) {
     HostArray got;
@@ -757,8 +776,8 @@ TEST(RowwisePlan, PathsByShape) {
       SCOPED_TRACE(std::to_string(static_cast<int>(op)) + " cols " + std::to_string(cols));
       size_t bytes = 0;
       ASSERT_TRUE((op == RowwiseOp::kLayerNormBackward
-                       ? layer_norm_backward_workspace_size(64, cols, bf16, &bytes)
-                       : rms_norm_backward_workspace_size(64, cols, bf16, &bytes))
+                       ? layer_norm_backward_workspace_size({64, cols, bf16}, &bytes)
+                       : rms_norm_backward_workspace_size({64, cols, bf16}, &bytes))
                       .ok());
       ASSERT_TRUE(rowwise_plan(op, 64, cols, bf16, true, &plan).ok());
       EXPECT_GT(plan.blocks, 0);

@@ -74,10 +74,10 @@ TEST(RowwiseValidation, SizesWhoseProductsOverflow) {
                         StatusCode::kInvalidArgument, {"softmax", "x", "2^63"}));
   // The size queries refuse what the ops refuse (no device needed to say so).
   size_t bytes = 0;
-  EXPECT_TRUE(FailsWith(layer_norm_backward_workspace_size(1, int64_t{1} << 61, kF16, &bytes),
+  EXPECT_TRUE(FailsWith(layer_norm_backward_workspace_size({1, int64_t{1} << 61, kF16}, &bytes),
                         StatusCode::kInvalidArgument,
                         {"layer_norm_backward_workspace_size", "cols"}));
-  EXPECT_TRUE(FailsWith(rms_norm_backward_workspace_size(big, big, kF16, &bytes),
+  EXPECT_TRUE(FailsWith(rms_norm_backward_workspace_size({big, big, kF16}, &bytes),
                         StatusCode::kInvalidArgument,
                         {"rms_norm_backward_workspace_size", "rows"}));
 }
@@ -109,8 +109,8 @@ TEST(RowwiseValidation, OverlapsOtherThanExactInPlace) {
                         StatusCode::kInvalidArgument, {"layer_norm", "y", "mean"}));
   EXPECT_TRUE(FailsWith(rms_norm({kX, 8}, kY, {kY, 8}, nullptr, 4, 8, 1e-5f, kF16, nullptr),
                         StatusCode::kInvalidArgument, {"rms_norm", "weight", "y"}));
-  EXPECT_TRUE(FailsWith(rms_norm_backward({kX, 8}, {kY, 8}, kW, kStats, {kB, 8}, kB, kWork,
-                                          size_t{1} << 20, 4, 8, kF16, nullptr),
+  EXPECT_TRUE(FailsWith(rms_norm_backward({{kX, 8}, {kY, 8}, kW, kStats, {kB, 8}, kB}, {4, 8, kF16},
+                                          {kWork, size_t{1} << 20}, nullptr),
                         StatusCode::kInvalidArgument, {"rms_norm_backward", "dx", "dweight"}));
 }
 
@@ -131,17 +131,19 @@ TEST(RowwiseValidation, NullAndMisalignedPointers) {
                         StatusCode::kMisaligned, {"rms_norm", "rstd"}));
   EXPECT_TRUE(FailsWith(fused_add_rms_norm({kX, 8}, {nullptr, 8}, kW, 4, 8, 1e-6f, kF16, nullptr),
                         StatusCode::kInvalidArgument, {"fused_add_rms_norm", "residual"}));
-  EXPECT_TRUE(FailsWith(layer_norm_backward({kX, 8}, {kX, 8}, kW, nullptr, kStats, {kY, 8}, kW, kB,
-                                            kWork, 1 << 20, 4, 8, kF16, nullptr),
-                        StatusCode::kInvalidArgument, {"layer_norm_backward", "mean"}));
-  EXPECT_TRUE(FailsWith(layer_norm_backward({kX, 8}, {kX, 8}, kW, kStats, kStats, {kY, 8}, kW,
-                                            nullptr, kWork, 1 << 20, 4, 8, kF16, nullptr),
-                        StatusCode::kInvalidArgument, {"layer_norm_backward", "dbias"}));
-  EXPECT_TRUE(FailsWith(rms_norm_backward({kX, 8}, {kX, 8}, kW, nullptr, {kY, 8}, kW, kWork,
-                                          1 << 20, 4, 8, kF16, nullptr),
+  EXPECT_TRUE(
+      FailsWith(layer_norm_backward({{kX, 8}, {kX, 8}, kW, nullptr, kStats, {kY, 8}, kW, kB},
+                                    {4, 8, kF16}, {kWork, 1 << 20}, nullptr),
+                StatusCode::kInvalidArgument, {"layer_norm_backward", "mean"}));
+  EXPECT_TRUE(
+      FailsWith(layer_norm_backward({{kX, 8}, {kX, 8}, kW, kStats, kStats, {kY, 8}, kW, nullptr},
+                                    {4, 8, kF16}, {kWork, 1 << 20}, nullptr),
+                StatusCode::kInvalidArgument, {"layer_norm_backward", "dbias"}));
+  EXPECT_TRUE(FailsWith(rms_norm_backward({{kX, 8}, {kX, 8}, kW, nullptr, {kY, 8}, kW},
+                                          {4, 8, kF16}, {kWork, 1 << 20}, nullptr),
                         StatusCode::kInvalidArgument, {"rms_norm_backward", "rstd"}));
-  EXPECT_TRUE(FailsWith(rms_norm_backward({kX, 8}, {kX, 8}, kW, kStats, {kY, 8}, nullptr, kWork,
-                                          1 << 20, 0, 8, kF16, nullptr),
+  EXPECT_TRUE(FailsWith(rms_norm_backward({{kX, 8}, {kX, 8}, kW, kStats, {kY, 8}, nullptr},
+                                          {0, 8, kF16}, {kWork, 1 << 20}, nullptr),
                         StatusCode::kInvalidArgument, {"rms_norm_backward", "dweight"}));
 }
 
@@ -165,10 +167,10 @@ TEST(RowwiseValidation, Dtypes) {
     EXPECT_TRUE(FailsWith(rms_norm({kX, 8}, kW, {kY, 8}, nullptr, 4, 8, 1e-6f, dtype, nullptr),
                           StatusCode::kUnsupportedDtype, {"rms_norm", "dtype"}));
     size_t bytes = 0;
-    EXPECT_TRUE(FailsWith(layer_norm_backward_workspace_size(4, 8, dtype, &bytes),
+    EXPECT_TRUE(FailsWith(layer_norm_backward_workspace_size({4, 8, dtype}, &bytes),
                           StatusCode::kUnsupportedDtype, {"dtype"}));
   }
-  EXPECT_TRUE(FailsWith(rms_norm_backward_workspace_size(4, 8, kF16, nullptr),
+  EXPECT_TRUE(FailsWith(rms_norm_backward_workspace_size({4, 8, kF16}, nullptr),
                         StatusCode::kInvalidArgument, {"bytes"}));
 }
 
@@ -180,16 +182,18 @@ TEST(RowwiseValidation, EmptyProblemsSucceedWithoutDevice) {
                   .ok());
   EXPECT_TRUE(
       fused_add_rms_norm({nullptr, 0}, {nullptr, 0}, nullptr, 3, 0, 1e-6f, kF16, nullptr).ok());
-  EXPECT_TRUE(rms_norm_backward({nullptr, 0}, {nullptr, 0}, nullptr, nullptr, {nullptr, 0}, nullptr,
-                                nullptr, 0, 7, 0, kF16, nullptr)
-                  .ok());
+  EXPECT_TRUE(
+      rms_norm_backward({{nullptr, 0}, {nullptr, 0}, nullptr, nullptr, {nullptr, 0}, nullptr},
+                        {7, 0, kF16}, {nullptr, 0}, nullptr)
+          .ok());
 }
 
 TEST(RowwiseValidation, ValidArgumentsWithoutDeviceReportCudaError) {
   if (harness::cuda_device_usable(nullptr)) GTEST_SKIP() << "a CUDA device is visible";
   EXPECT_EQ(softmax({kX, 8}, {kY, 8}, 4, 8, kF16, nullptr).code(), StatusCode::kCudaError);
   size_t bytes = 0;
-  EXPECT_EQ(layer_norm_backward_workspace_size(4, 8, kF16, &bytes).code(), StatusCode::kCudaError);
+  EXPECT_EQ(layer_norm_backward_workspace_size({4, 8, kF16}, &bytes).code(),
+            StatusCode::kCudaError);
 }
 
 }  // namespace

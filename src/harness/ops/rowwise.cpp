@@ -160,8 +160,8 @@ class RowwiseCase : public OpCase {
       size_t bytes = 0;
       if (status.ok()) {
         status = kind_ == Kind::kLayerNormBackward
-                     ? layer_norm_backward_workspace_size(rows, cols, dtype, &bytes)
-                     : rms_norm_backward_workspace_size(rows, cols, dtype, &bytes);
+                     ? layer_norm_backward_workspace_size({rows, cols, dtype}, &bytes)
+                     : rms_norm_backward_workspace_size({rows, cols, dtype}, &bytes);
       }
       if (status.ok() && bytes > 0) status = workspace_.allocate(static_cast<int64_t>(bytes));
     }
@@ -215,12 +215,13 @@ class RowwiseCase : public OpCase {
                                   weight_.data(), rows, cols, kRmsNormEps, dtype, stream);
       case Kind::kLayerNormBackward:
         return layer_norm_backward(
-            a, b, weight_.data(), mean, rstd, out, dweight_.data(), dbias_.data(), workspace_.get(),
-            static_cast<size_t>(workspace_.size_bytes()), rows, cols, dtype, stream);
+            {a, b, weight_.data(), mean, rstd, out, dweight_.data(), dbias_.data()},
+            {rows, cols, dtype}, {workspace_.get(), static_cast<size_t>(workspace_.size_bytes())},
+            stream);
       case Kind::kRmsNormBackward:
-        return rms_norm_backward(a, b, weight_.data(), rstd, out, dweight_.data(), workspace_.get(),
-                                 static_cast<size_t>(workspace_.size_bytes()), rows, cols, dtype,
-                                 stream);
+        return rms_norm_backward(
+            {a, b, weight_.data(), rstd, out, dweight_.data()}, {rows, cols, dtype},
+            {workspace_.get(), static_cast<size_t>(workspace_.size_bytes())}, stream);
     }
     return Status(StatusCode::kNotSupported, "unknown row-wise op");
   }

@@ -219,8 +219,8 @@ py::object norm_backward(bool layer, py::handle dy, py::handle x, py::handle wei
   require_stats(ctx, vrstd, rx.rows);
   ctx.prepare({&vdy, &vx, &vw, vmean ? &*vmean : nullptr, &vrstd});
   size_t bytes = 0;
-  check(layer ? cudaops::layer_norm_backward_workspace_size(rx.rows, rx.cols, vx.dtype, &bytes)
-              : cudaops::rms_norm_backward_workspace_size(rx.rows, rx.cols, vx.dtype, &bytes));
+  check(layer ? cudaops::layer_norm_backward_workspace_size({rx.rows, rx.cols, vx.dtype}, &bytes)
+              : cudaops::rms_norm_backward_workspace_size({rx.rows, rx.cols, vx.dtype}, &bytes));
   void* d_dx = ctx.output_data(nullptr, vx.shape, vx.dtype);
   void* d_dweight = ctx.output_data(nullptr, {rx.cols}, vx.dtype);
   void* d_dbias = layer ? ctx.output_data(nullptr, {rx.cols}, vx.dtype) : nullptr;
@@ -230,14 +230,24 @@ py::object norm_backward(bool layer, py::handle dy, py::handle x, py::handle wei
     py::gil_scoped_release nogil;
     const auto* d_mean = static_cast<const float*>(vmean ? vmean->data : nullptr);
     const auto* d_rstd = static_cast<const float*>(vrstd.data);
-    status = layer
-                 ? cudaops::layer_norm_backward({vdy.data, rdy.stride}, {vx.data, rx.stride},
-                                                vw.data, d_mean, d_rstd, {d_dx, rx.cols}, d_dweight,
-                                                d_dbias, d_workspace, bytes, rx.rows, rx.cols,
-                                                vx.dtype, ctx.stream())
-                 : cudaops::rms_norm_backward({vdy.data, rdy.stride}, {vx.data, rx.stride}, vw.data,
-                                              d_rstd, {d_dx, rx.cols}, d_dweight, d_workspace,
-                                              bytes, rx.rows, rx.cols, vx.dtype, ctx.stream());
+    status = layer ? cudaops::layer_norm_backward({{vdy.data, rdy.stride},
+                                                   {vx.data, rx.stride},
+                                                   vw.data,
+                                                   d_mean,
+                                                   d_rstd,
+                                                   {d_dx, rx.cols},
+                                                   d_dweight,
+                                                   d_dbias},
+                                                  {rx.rows, rx.cols, vx.dtype},
+                                                  {d_workspace, bytes}, ctx.stream())
+                   : cudaops::rms_norm_backward({{vdy.data, rdy.stride},
+                                                 {vx.data, rx.stride},
+                                                 vw.data,
+                                                 d_rstd,
+                                                 {d_dx, rx.cols},
+                                                 d_dweight},
+                                                {rx.rows, rx.cols, vx.dtype}, {d_workspace, bytes},
+                                                ctx.stream());
   }
   check(status);
   if (layer) {
