@@ -7,8 +7,9 @@ every dtype at its standard shapes, and the comparisons with torch the check mea
 
 --bench: `cudaops bench --offsets 0 --json` (single calls); --stream: the same in runs of 20
 calls (`--calls 20`); --extra: Markdown the Python benches printed (torch side by side, per-call
-host cost), each kept as it is under the section. The section of this device replaces the one
-already in the file (if any); other GPUs' sections are kept.
+host cost), each kept as it is under the section. --update OP=JSON@COMMIT: OP's rows from another
+bench JSON, measured at COMMIT after the rest (its table says so). The section of this device
+replaces the one already in the file (if any); other GPUs' sections are kept.
 """
 
 import argparse
@@ -53,8 +54,8 @@ def load(path):
         return json.load(f)
 
 
-def table(results, stream):
-    """Markdown per op: rows of dtype x shape."""
+def table(results, stream, notes=None):
+    """Markdown per op: rows of dtype x shape; notes[op], a line under its heading."""
     by_op = {}
     for r in results:
         by_op.setdefault(r["op"], []).append(r)
@@ -67,6 +68,8 @@ def table(results, stream):
         has_stream = any((op, r["dtype"], json.dumps(r["dims"], sort_keys=True)) in streamed
                          for r in rows)
         out.append(f"### {op}\n")
+        if notes and op in notes:
+            out.append(notes[op] + "\n")
         head = ["dtype", "shape", "time (us)"]
         head += ["TFLOP/s", "of GEMM"] if tensor else ["GB/s", "of copy"]
         if has_stream:
@@ -95,9 +98,24 @@ def section(args):
     bench = load(args.bench)
     stream = load(args.stream)["results"] if args.stream else None
     copy = bench["copy"]
+    results = bench["results"]
+    notes = {}
+    for update in args.update:
+        op, _, rest = update.partition("=")
+        path, _, commit = rest.rpartition("@")
+        newer = load(path)
+        rows = [r for r in newer["results"] if r["op"] == op]
+        if not rows:
+            sys.exit(f"--update {update}: no results of {op} in {path}")
+        # In place of the op's old rows, where they stood.
+        first = next((i for i, r in enumerate(results) if r["op"] == op), len(results))
+        results = ([r for r in results[:first] if r["op"] != op] + rows +
+                   [r for r in results[first:] if r["op"] != op])
+        notes[op] = (f"Measured at commit {commit}, after the rest of this section "
+                     f"(device-to-device copy in that run: {newer['copy']['gbps']:.0f} GB/s).")
     lines = [MARK.format(args.device), f"## {args.device}", "",
              f"Measured {args.date} at commit {args.commit}. Device-to-device copy: "
-             f"{copy['gbps']:.0f} GB/s.", "", table(bench["results"], stream)]
+             f"{copy['gbps']:.0f} GB/s.", "", table(results, stream, notes)]
     for extra in args.extra:
         text = Path(extra).read_text().strip()
         if text:
@@ -113,6 +131,7 @@ def main():
     parser.add_argument("--bench", required=True)
     parser.add_argument("--stream")
     parser.add_argument("--extra", nargs="*", default=[])
+    parser.add_argument("--update", action="append", default=[], metavar="OP=JSON@COMMIT")
     parser.add_argument("--results", default=str(Path(__file__).resolve().parent.parent /
                                                   "bench" / "RESULTS.md"))
     args = parser.parse_args()

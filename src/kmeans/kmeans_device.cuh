@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/dispatch.cuh"
 #include "core/launch.h"
@@ -126,69 +127,46 @@ __device__ __forceinline__ void write_best(const AssignArgs<T>& args, int64_t b,
 /// Most values of a row each lane holds (d <= 32 * kPerLane).
 constexpr int kPerLane = 16;
 
-/// Values of a row each lane holds: kQ groups of kV consecutive values (kV = 8 bytes' worth), the
-/// group q of lane l at values (l + 32 q) kV; kQ = 1, 2 or 4 for rows of up to 256, 512 or 1024
-/// bytes.
-template <typename T, int kQ_>
-struct RowSlice {
-  static constexpr int kV = 8 / static_cast<int>(sizeof(T));
-  static constexpr int kQ = kQ_;
-  float v[kQ][kV];
-
-  __device__ __forceinline__ void zero() {
-#pragma unroll
-    for (int q = 0; q < kQ; ++q) {
-#pragma unroll
-      for (int u = 0; u < kV; ++u)
-        v[q][u] = 0.0f;
-    }
-  }
-  /// Row `row` less `mu` (null: none), values past d zero; 8-byte loads where d allows them.
-  __device__ __forceinline__ void load(const T* row, int d, bool vec, const float* mu, int lane) {
-#pragma unroll
-    for (int q = 0; q < kQ; ++q) {
-      const int e0 = (lane + q * kWarp) * kV;
-      if (vec) {
-        if (e0 < d) {
-          const uint2 w = __ldg(reinterpret_cast<const uint2*>(row + e0));
-          const T* t = reinterpret_cast<const T*>(&w);
-#pragma unroll
-          for (int u = 0; u < kV; ++u)
-            v[q][u] = to_float(t[u]);
-        } else {
-#pragma unroll
-          for (int u = 0; u < kV; ++u)
-            v[q][u] = 0.0f;
-        }
-      } else {
-#pragma unroll
-        for (int u = 0; u < kV; ++u)
-          v[q][u] = e0 + u < d ? to_float(row[e0 + u]) : 0.0f;
-      }
-      if (mu != nullptr) {
-#pragma unroll
-        for (int u = 0; u < kV; ++u)
-          v[q][u] -= e0 + u < d ? __ldg(mu + e0 + u) : 0.0f;
-      }
-    }
-  }
-  __device__ __forceinline__ float dot(const RowSlice& o) const {
-    float s = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kQ; ++q) {
-#pragma unroll
-      for (int u = 0; u < kV; ++u)
-        s = fmaf(v[q][u], o.v[q][u], s);
-    }
-    return s;
-  }
-};
-
-/// kQ for rows of d values of T.
+/// 16-bit or float32 values in one 16-byte piece of a row.
 template <typename T>
-int slice_groups(int64_t d) {
-  const int64_t bytes = d * static_cast<int64_t>(sizeof(T));
-  return bytes <= 256 ? 1 : bytes <= 512 ? 2 : 4;
+constexpr int kPieceValues = 16 / static_cast<int>(sizeof(T));
+
+/// Piece `piece` of a row of d values of T (16-byte aligned, as every row is): zeros past d; read
+/// in one load where the piece lies inside d (`whole_last`: every piece of the row does).
+template <typename T>
+__device__ __forceinline__ uint4 load_piece(const T* row, int piece, int row_pieces,
+                                            bool whole_last, int d) {
+  constexpr int kV = kPieceValues<T>;
+  uint4 v = make_uint4(0, 0, 0, 0);
+  if (piece < row_pieces) {
+    if (piece + 1 < row_pieces || whole_last) {
+      v = __ldg(reinterpret_cast<const uint4*>(row) + piece);
+    } else {
+      T* t = reinterpret_cast<T*>(&v);
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        if (piece * kV + e < d) t[e] = row[piece * kV + e];
+      }
+    }
+  }
+  return v;
+}
+
+/// Calls launch(kL, kQ) (as integral constants) for rows of d values of T read in 16-byte
+/// pieces: kL lanes a row, the fewest powers of two of pieces that cover it (8 to 32), kQ pieces
+/// each (2 past 32 pieces).
+template <typename T, typename Launch>
+void with_row_lanes(int64_t d, Launch&& launch) {
+  const int64_t pieces = (d + kPieceValues<T> - 1) / kPieceValues<T>;
+  if (pieces <= 8) {
+    launch(std::integral_constant<int, 8>(), std::integral_constant<int, 1>());
+  } else if (pieces <= 16) {
+    launch(std::integral_constant<int, 16>(), std::integral_constant<int, 1>());
+  } else if (pieces <= 32) {
+    launch(std::integral_constant<int, 32>(), std::integral_constant<int, 1>());
+  } else {
+    launch(std::integral_constant<int, 32>(), std::integral_constant<int, 2>());
+  }
 }
 
 // ---- host
@@ -223,12 +201,6 @@ AssignArgs<T> assign_args(const Call& call, int64_t rows_per_block) {
                        call.labels,
                        call.scores,
                        call.point_w};
-}
-
-/// Whether every row may be read 8 bytes at a time up to d (RowSlice::load).
-template <typename T>
-bool rows_vec(const KmeansPoints& p) {
-  return p.d % RowSlice<T, 1>::kV == 0;
 }
 
 inline Status launched(cudaStream_t stream) {

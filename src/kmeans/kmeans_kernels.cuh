@@ -166,67 +166,82 @@ struct DistanceArgs {
   int64_t k;
   int d;
   int64_t batch;
-  bool vec;
   bool cosine;
   float* distances;  // [batch, n]
 };
 
 /// Each point's distance to its centroid in float32: L2 |y - c|^2, cosine 1 - y . c / |y| (1 for
-/// a zero vector). A warp takes kBatch points at a time, their rows and centroids loaded before
-/// any is used.
-template <typename T, typename C, int kQ>
+/// a zero vector). kL lanes read a point's row in 16-byte pieces (kQ each) and the matching values
+/// of its centroid; a warp takes 32 / kL points at a time and several of those before it adds any.
+template <typename T, typename C, int kL, int kQ>
 __global__ void __launch_bounds__(256) distance_kernel(DistanceArgs<T, C> args) {
-  constexpr int kBatch = kQ == 1 ? 8 : kQ == 2 ? 4 : 2;
-  using Slice = RowSlice<T, kQ>;
+  constexpr int kV = kPieceValues<T>;
+  constexpr int kR = kWarp / kL;       // points per step
+  constexpr int kU = kQ == 1 ? 4 : 2;  // steps loaded before any is added
   const int lane = threadIdx.x % kWarp;
+  const int sub = lane / kL, part = lane % kL;
   const int64_t total = args.batch * args.rows.n;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp) * kBatch;
-  for (int64_t p0 =
-           (static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp) * kBatch;
-       p0 < total; p0 += stride) {
-    Slice y[kBatch];
-    const C* c[kBatch];
-    bool valid[kBatch];
+  const int row_pieces = (args.d + kV - 1) / kV;
+  const bool whole_last = args.d % kV == 0;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / kWarp);
+  const int64_t warp =
+      static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  for (int64_t p0 = warp * kR * kU; p0 < total; p0 += warps * kR * kU) {
+    uint4 raw[kU][kQ];
+    const C* centroid[kU];
+    const float* mu[kU];
+    bool valid[kU];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      const int64_t p = p0 + u;
+    for (int u = 0; u < kU; ++u) {
+      const int64_t p = p0 + u * kR + sub;
       const int64_t b = p / args.rows.n, i = p % args.rows.n;
       const T* first = nullptr;
       int64_t len = 0;
       if (p < total) args.rows.problem(b, &first, &len);
       valid[u] = p < total && i < len;
-      c[u] = nullptr;
+      centroid[u] = nullptr;
+      mu[u] = nullptr;
+      const T* row = valid[u] ? first + i * args.rows.ld : nullptr;
+#pragma unroll
+      for (int q = 0; q < kQ; ++q) {
+        raw[u][q] = valid[u] ? load_piece(row, part + q * kL, row_pieces, whole_last, args.d)
+                             : make_uint4(0, 0, 0, 0);
+      }
       if (valid[u]) {
-        y[u].load(first + i * args.rows.ld, args.d, args.vec,
-                  args.means != nullptr ? args.means + b * args.d : nullptr, lane);
-        c[u] = args.centroids + (b * args.k + __ldg(args.labels + p)) * args.d;
+        centroid[u] = args.centroids + (b * args.k + __ldg(args.labels + p)) * args.d;
+        if (args.means != nullptr) mu[u] = args.means + b * args.d;
       }
     }
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u) {
-      if (!valid[u]) continue;
+    for (int u = 0; u < kU; ++u) {
       float dot = 0.0f, yy = 0.0f, dd = 0.0f;
+      if (valid[u]) {
 #pragma unroll
-      for (int q = 0; q < kQ; ++q) {
-        const int e0 = (lane + q * kWarp) * Slice::kV;
+        for (int q = 0; q < kQ; ++q) {
+          const T* t = reinterpret_cast<const T*>(&raw[u][q]);
+          const int c0 = (part + q * kL) * kV;
 #pragma unroll
-        for (int e = 0; e < Slice::kV; ++e) {
-          const float cv = e0 + e < args.d ? to_float(c[u][e0 + e]) : 0.0f;
-          const float yv = y[u].v[q][e];
-          dot = fmaf(yv, cv, dot);
-          yy = fmaf(yv, yv, yy);
-          dd = fmaf(yv - cv, yv - cv, dd);
+          for (int e = 0; e < kV; ++e) {
+            if (c0 + e < args.d) {
+              const float y = to_float(t[e]) - (mu[u] != nullptr ? __ldg(mu[u] + c0 + e) : 0.0f);
+              const float c = to_float(centroid[u][c0 + e]);
+              dot = fmaf(y, c, dot);
+              yy = fmaf(y, y, yy);
+              dd = fmaf(y - c, y - c, dd);
+            }
+          }
         }
       }
-      float dist;
-      if (args.cosine) {
-        dot = warp_sum(dot);
-        yy = warp_sum(yy);
-        dist = yy > 0.0f ? 1.0f - dot / sqrtf(yy) : 1.0f;
-      } else {
-        dist = warp_sum(dd);
+#pragma unroll
+      for (int o = kL / 2; o > 0; o >>= 1) {
+        dot += __shfl_xor_sync(kFull, dot, o);
+        yy += __shfl_xor_sync(kFull, yy, o);
+        dd += __shfl_xor_sync(kFull, dd, o);
       }
-      if (lane == 0) args.distances[p0 + u] = dist;
+      if (valid[u] && part == 0) {
+        args.distances[p0 + u * kR + sub] =
+            args.cosine ? (yy > 0.0f ? 1.0f - dot / sqrtf(yy) : 1.0f) : dd;
+      }
     }
   }
 }
@@ -298,28 +313,16 @@ template <typename T, typename C>
 Status launch_finish(const Call& call, const C* centroids, int32_t* out_labels,
                      float* out_distances, int32_t* sizes, float* objective, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
-  DistanceArgs<T, C> distance{rows_of<T>(p),
-                              call.labels,
-                              centroids,
-                              call.center ? call.means : nullptr,
-                              call.k,
-                              static_cast<int>(p.d),
-                              p.batch,
-                              rows_vec<T>(p),
-                              call.metric == KmeansMetric::kCosine,
-                              call.scores};
-  const unsigned blocks = blocks_for(p.batch * p.n, 8 * 8);
-  switch (slice_groups<T>(p.d)) {
-    case 1:
-      distance_kernel<T, C, 1><<<blocks, 256, 0, stream>>>(distance);
-      break;
-    case 2:
-      distance_kernel<T, C, 2><<<blocks, 256, 0, stream>>>(distance);
-      break;
-    default:
-      distance_kernel<T, C, 4><<<blocks, 256, 0, stream>>>(distance);
-      break;
-  }
+  const DistanceArgs<T, C> distance{
+      rows_of<T>(p), call.labels,           centroids, call.center ? call.means : nullptr,
+      call.k,        static_cast<int>(p.d), p.batch,   call.metric == KmeansMetric::kCosine,
+      call.scores};
+  with_row_lanes<T>(p.d, [&](auto lanes, auto pieces) {
+    constexpr int kL = decltype(lanes)::value, kQ = decltype(pieces)::value;
+    const int64_t per_block = 8 * (kWarp / kL) * (kQ == 1 ? 4 : 2);  // points a block takes
+    distance_kernel<T, C, kL, kQ>
+        <<<blocks_for(p.batch * p.n, per_block), 256, 0, stream>>>(distance);
+  });
   if (Status s = launched(stream); !s.ok()) return s;
   if (sizes != nullptr) {
     const size_t bytes = static_cast<size_t>(p.batch * call.k) * sizeof(int32_t);

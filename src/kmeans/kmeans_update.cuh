@@ -137,8 +137,8 @@ constexpr int kSumWarps = 8;
 template <typename T, int kL, int kQ>
 __global__ void __launch_bounds__(kSumWarps * 32, kQ == 1 ? 4 : 2) sum_kernel(SumArgs<T> args) {
   constexpr int kSumUnroll = kQ == 1 ? 4 : 2;  // loads a lane has in flight before it adds any
-  constexpr int kV = 16 / static_cast<int>(sizeof(T));  // values per piece
-  constexpr int kR = kWarp / kL;                        // rows per load
+  constexpr int kV = kPieceValues<T>;
+  constexpr int kR = kWarp / kL;  // rows per load
   const int lane = threadIdx.x % kWarp;
   const int sub = lane / kL, part = lane % kL;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kSumWarps + threadIdx.x / kWarp;
@@ -176,19 +176,8 @@ __global__ void __launch_bounds__(kSumWarps * 32, kQ == 1 ? 4 : 2) sum_kernel(Su
         const T* row = first + static_cast<int64_t>(r) * args.rows.ld;
 #pragma unroll
         for (int q = 0; q < kQ; ++q) {
-          const int piece = part + q * kL;
-          raw[u][q] = make_uint4(0, 0, 0, 0);
-          if (idx < m && piece < row_pieces) {
-            if (piece + 1 < row_pieces || whole_last) {
-              raw[u][q] = __ldg(reinterpret_cast<const uint4*>(row) + piece);
-            } else {
-              T* t = reinterpret_cast<T*>(&raw[u][q]);
-#pragma unroll
-              for (int e = 0; e < kV; ++e) {
-                if (piece * kV + e < args.d) t[e] = row[piece * kV + e];
-              }
-            }
-          }
+          raw[u][q] = idx < m ? load_piece(row, part + q * kL, row_pieces, whole_last, args.d)
+                              : make_uint4(0, 0, 0, 0);
         }
       }
 #pragma unroll
@@ -369,20 +358,10 @@ Status launch_update(const Call& call, cudaStream_t stream) {
                   static_cast<int>(p.d),
                   call.metric == KmeansMetric::kCosine};
   const unsigned blocks = blocks_for(args.items, kSumWarps);
-  // Lanes per row: the fewest powers of two of 16-byte pieces that cover it (at most 32, with
-  // two pieces each past 512 bytes).
-  const int64_t pieces = (p.d * static_cast<int64_t>(sizeof(T)) + 15) / 16;
-  if (pieces <= 4) {
-    sum_kernel<T, 4, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
-  } else if (pieces <= 8) {
-    sum_kernel<T, 8, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
-  } else if (pieces <= 16) {
-    sum_kernel<T, 16, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
-  } else if (pieces <= 32) {
-    sum_kernel<T, 32, 1><<<blocks, kSumWarps * 32, 0, stream>>>(args);
-  } else {
-    sum_kernel<T, 32, 2><<<blocks, kSumWarps * 32, 0, stream>>>(args);
-  }
+  with_row_lanes<T>(p.d, [&](auto lanes, auto pieces) {
+    sum_kernel<T, decltype(lanes)::value, decltype(pieces)::value>
+        <<<blocks, kSumWarps * 32, 0, stream>>>(args);
+  });
   return launched(stream);
 }
 
