@@ -153,6 +153,20 @@ void CallContext::require_floating(const ArrayView& view) const {
                        " is not supported; expected float32, float16 or bfloat16");
 }
 
+void CallContext::check_stream_device(int device) const {
+  const cudaStream_t stream = stream_.handle;
+  // The default streams belong to whichever device is current.
+  if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return;
+  int stream_device = -1;
+  check_cuda(cudaStreamGetDevice(stream, &stream_device),
+             std::string(op_) + ": stream: cannot query its device");
+  if (stream_device != device) {
+    throw py::value_error(std::string(op_) + ": stream is a stream of CUDA device " +
+                          std::to_string(stream_device) + " but the arrays are on CUDA device " +
+                          std::to_string(device));
+  }
+}
+
 int CallContext::prepare(const std::vector<const ArrayView*>& arrays) {
   int device = -1;
   const ArrayView* first = nullptr;
@@ -203,6 +217,7 @@ int CallContext::prepare(const std::vector<const ArrayView*>& arrays) {
   }
   guard_.emplace(device, op_);
   device_ = device;
+  check_stream_device(device);
   bool torch_done = false;
   bool cupy_done = false;
   const dl::ExchangeAPI* api_done = nullptr;

@@ -112,6 +112,8 @@ class CallContext {
   int device_ = -1;
   std::optional<DeviceGuard> guard_;
   void mark_done();
+  /// Refuses a stream of another device than `device`, the arrays' (ValueError).
+  void check_stream_device(int device) const;
 
   std::vector<std::unique_ptr<Array>> results_;
   std::vector<std::unique_ptr<Array>> scratch_;
