@@ -1,5 +1,6 @@
 // The protocols' importers: the DLPack C exchange API, __dlpack__ capsules (versioned, then
 // legacy) and __cuda_array_interface__ (v2, v3).
+#include <optional>
 #include <string>
 
 #include "import_detail.h"
@@ -124,6 +125,10 @@ bool import_exchange(py::handle obj, const dl::ExchangeAPI* api, ArrayView& view
 void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, Elements elements,
                    const char* op) {
   const std::string& name = view.name;
+  // Producers (torch, the array API) export a CUDA array with a stream only while its device is
+  // current: that device is made current around __dlpack__ (where CUDA answers and the device
+  // exists; otherwise the checks that follow say what is wrong).
+  std::optional<DeviceGuard> producer_device;
   if (py::hasattr(obj, "__dlpack_device__")) {
     py::object device = obj.attr("__dlpack_device__")();
     if (!PyTuple_Check(device.ptr()) || PyTuple_GET_SIZE(device.ptr()) != 2) {
@@ -131,6 +136,17 @@ void import_dlpack(py::handle obj, ArrayView& view, cudaStream_t stream, Element
     }
     const int64_t type = as_int(PyTuple_GET_ITEM(device.ptr(), 0), op, name, "device type");
     require_cuda_device_type(static_cast<int32_t>(type), op, name);
+    const int64_t id = as_int(PyTuple_GET_ITEM(device.ptr(), 1), op, name, "device id");
+    int current = -1;
+    int count = 0;
+    if (type == dl::kCUDA && cudaGetDevice(&current) == cudaSuccess &&
+        cudaGetDeviceCount(&count) == cudaSuccess) {
+      if (id >= 0 && id < count && id != current) {
+        producer_device.emplace(static_cast<int>(id), op);
+      }
+    } else {
+      (void)cudaGetLastError();
+    }
   }
   const int64_t stream_value = stream_protocol_value(stream);
   py::object capsule;
