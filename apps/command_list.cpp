@@ -25,7 +25,15 @@ Command add_list_command(CLI::App& app) {
                 w.end_array().key("dims").begin_array();
                 for (const auto& dim : op.dims) {
                   w.begin_object().key("name").value(dim.name).key("help").value(dim.help);
-                  w.key("default").value(dim.default_value).end_object();
+                  w.key("default").value(dim.default_value);
+                  if (dim.flag) w.key("flag").value(true);
+                  if (!dim.words.empty()) {
+                    w.key("words").begin_object();
+                    for (const auto& [word, value] : dim.words)
+                      w.key(word).value(value);
+                    w.end_object();
+                  }
+                  w.end_object();
                 }
                 w.end_array().end_object();
               }
@@ -40,8 +48,17 @@ Command add_list_command(CLI::App& app) {
               std::printf("%-*s  %s\n", width, op.name.c_str(), op.summary.c_str());
               std::printf("%-*s    dtypes: %s\n", width, "", dtype_list(op).c_str());
               for (const auto& dim : op.dims) {
-                std::printf("%-*s    --%s: %s (default %lld)\n", width, "", dim.name.c_str(),
-                            dim.help.c_str(), static_cast<long long>(dim.default_value));
+                std::string fallback = std::to_string(dim.default_value);
+                for (const auto& [word, value] : dim.words) {
+                  if (value == dim.default_value) fallback = word;
+                }
+                if (dim.flag) {
+                  std::printf("%-*s    --%s: %s (a switch)\n", width, "", dim.name.c_str(),
+                              dim.help.c_str());
+                } else {
+                  std::printf("%-*s    --%s: %s (default %s)\n", width, "", dim.name.c_str(),
+                              dim.help.c_str(), fallback.c_str());
+                }
               }
             }
             return kExitOk;

@@ -107,9 +107,18 @@ Command add_run_command(CLI::App& app) {
     for (const auto& spec : op.dims) {
       if (options->dim_options.count(spec.name)) continue;
       options->dims[spec.name] = spec.default_value;
-      options->dim_options[spec.name] =
-          parser->add_option("--" + spec.name, options->dims[spec.name], spec.help)
-              ->check(non_negative_integer());
+      int64_t& target = options->dims[spec.name];
+      if (spec.flag) {
+        options->dim_options[spec.name] = parser->add_flag("--" + spec.name, target, spec.help);
+      } else if (!spec.words.empty()) {
+        const std::map<std::string, int64_t> words(spec.words.begin(), spec.words.end());
+        options->dim_options[spec.name] =
+            parser->add_option("--" + spec.name, target, spec.help)
+                ->transform(CLI::CheckedTransformer(words, CLI::ignore_case));
+      } else {
+        options->dim_options[spec.name] =
+            parser->add_option("--" + spec.name, target, spec.help)->check(non_negative_integer());
+      }
     }
   }
   return {parser, [options]() { return execute(*options); }};

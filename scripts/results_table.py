@@ -42,7 +42,7 @@ def shape_text(dims):
     for k, v in dims.items():
         if USUAL.get(k) == v:
             continue
-        if k == "cosine":
+        if k in ("metric", "cosine"):
             words.append("cosine" if v else "l2")
         else:
             words.append(f"{k}={v}")

@@ -28,6 +28,10 @@ struct DimSpec {
   std::string name;       ///< also the CLI option, --<name>
   std::string help;       ///< one line
   int64_t default_value;  ///< used by `cudaops run` when the option is not given
+  /// Words the option takes for its values ({"l2", 0}, {"cosine", 1}); empty: a number.
+  std::vector<std::pair<std::string, int64_t>> words = {};
+  /// A switch: the option takes no value and sets 1 (default 0).
+  bool flag = false;
 };
 
 struct CaseConfig {

@@ -41,7 +41,7 @@ KmeansParams params_of(const CaseConfig& config) {
   params.n_clusters = dim_value(config.dims, "k");
   params.n_iters = static_cast<int>(dim_value(config.dims, "n_iters", 10));
   params.metric =
-      dim_value(config.dims, "cosine", 0) != 0 ? KmeansMetric::kCosine : KmeansMetric::kL2;
+      dim_value(config.dims, "metric", 0) != 0 ? KmeansMetric::kCosine : KmeansMetric::kL2;
   params.center = dim_value(config.dims, "center", 0) != 0;
   return params;
 }
@@ -223,11 +223,11 @@ OpDescriptor kmeans_descriptor() {
              {"d", "dimensions (1 to 512; float32 256)", 128},
              {"k", "clusters per problem (1 to n)", 1024},
              {"n_iters", "iterations of assignment and update", 10},
-             {"cosine", "1: spherical k-means (cosine); 0: L2", 0},
-             {"center", "1: subtract each problem's mean first", 0}};
+             {"metric", "l2, or cosine (spherical k-means)", 0, {{"l2", 0}, {"cosine", 1}}},
+             {"center", "subtract each problem's mean first", 0, {}, true}};
   auto shape = [](int64_t batch, int64_t n, int64_t d, int64_t k, int64_t cosine) {
     return Dims{{"batch", batch}, {"n", n},           {"d", d},     {"k", k},
-                {"n_iters", 10},  {"cosine", cosine}, {"center", 0}};
+                {"n_iters", 10},  {"metric", cosine}, {"center", 0}};
   };
   op.bench_shapes = {shape(512, 8192, 128, 512, 1), shape(32, 131072, 128, 1024, 0),
                      shape(8, 32768, 128, 1024, 0), shape(32, 1024, 128, 64, 1)};
