@@ -14,21 +14,11 @@
 #include "ops.h"
 
 namespace py = pybind11;
-using cudaops::python::bind_array;
-using cudaops::python::bind_elementwise;
-using cudaops::python::bind_jit;
-using cudaops::python::bind_kmeans;
-using cudaops::python::bind_rowwise;
-using cudaops::python::bind_topk;
-using cudaops::python::check_cuda;
-using cudaops::python::CompileError;
-using cudaops::python::CudaError;
-using cudaops::python::empty_cache;
-using cudaops::python::fast_paths;
-using cudaops::python::memory_reserved;
-using cudaops::python::set_fast_paths;
 
-PYBIND11_MODULE(_core, m) {
+namespace cudaops::python {
+namespace {
+
+void define_module(py::module_& m) {
   m.doc() = "The compiled part of cudaops: array import, cudaops.Array and the ops.";
   py::register_exception<CudaError>(m, "CudaError", PyExc_RuntimeError);
   py::register_exception<CompileError>(m, "CompileError", PyExc_RuntimeError);
@@ -78,4 +68,11 @@ PYBIND11_MODULE(_core, m) {
         return count;
       },
       "Number of usable CUDA devices; 0 without a GPU or a driver (never raises).");
+}
+
+}  // namespace
+}  // namespace cudaops::python
+
+PYBIND11_MODULE(_core, m) {
+  cudaops::python::define_module(m);
 }
