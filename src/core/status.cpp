@@ -47,6 +47,8 @@ const char* status_code_name(StatusCode code) noexcept {
       return "CUDA error";
     case StatusCode::kCompileError:
       return "compile error";
+    case StatusCode::kFileError:
+      return "file error";
   }
   return "unknown status";
 }

@@ -21,6 +21,9 @@ namespace cudaops::python {
       throw CudaError(text);
     case StatusCode::kCompileError:
       throw CompileError(text);
+    case StatusCode::kFileError:
+      PyErr_SetString(PyExc_OSError, text.c_str());
+      throw py::error_already_set();
     case StatusCode::kSuccess:
       break;
   }
