@@ -1,0 +1,244 @@
+#include "reference/ivf.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "reference/kmeans.h"
+
+namespace cudaops::ref {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("ivf reference: " + what);
+}
+
+double dot(const HostArray& a, int64_t at, const std::vector<double>& b, int64_t bt, int64_t d) {
+  double s = 0;
+  for (int64_t e = 0; e < d; ++e)
+    s += a.get(at + e) * b[static_cast<size_t>(bt + e)];
+  return s;
+}
+
+/// The best `k` of (score, position) pairs, best first (ties to the lower position), padded with
+/// (-inf, -1).
+void take_best(std::vector<std::pair<double, int64_t>>* candidates, int64_t k, double* scores,
+               int64_t* ids) {
+  auto better = [](const std::pair<double, int64_t>& a, const std::pair<double, int64_t>& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  };
+  const auto keep = std::min<size_t>(candidates->size(), static_cast<size_t>(k));
+  std::partial_sort(candidates->begin(), candidates->begin() + static_cast<long>(keep),
+                    candidates->end(), better);
+  for (int64_t j = 0; j < k; ++j) {
+    const bool real = static_cast<size_t>(j) < keep;
+    scores[j] = real ? (*candidates)[static_cast<size_t>(j)].first
+                     : -std::numeric_limits<double>::infinity();
+    ids[j] = real ? (*candidates)[static_cast<size_t>(j)].second : -1;
+  }
+}
+
+void check_queries(const IvfShape& shape, const HostArray& queries, int64_t q_heads,
+                   int64_t n_queries) {
+  require(q_heads >= shape.heads && q_heads % shape.heads == 0,
+          "q_heads must be a multiple of the kv heads");
+  require(n_queries >= 0 && queries.size() == q_heads * n_queries * shape.dim,
+          "queries must be [q_heads, n_queries, dim]");
+}
+
+}  // namespace
+
+void ivf_segment(int64_t seq, int64_t segments, int64_t s, int64_t* begin, int64_t* end) {
+  const int64_t base = seq / segments, extra = seq % segments;
+  *begin = s * base + std::min(s, extra);
+  *end = *begin + base + (s < extra ? 1 : 0);
+}
+
+IvfIndexReference ivf_build(const HostArray& keys, const IvfShape& shape) {
+  const int64_t H = shape.heads, S = shape.seq, D = shape.dim, C = shape.clusters;
+  const int64_t G = shape.segments;
+  require(H >= 1 && S >= 1 && D >= 1 && G >= 1 && C >= G && C % G == 0,
+          "heads, seq, dim >= 1 and clusters a positive multiple of segments");
+  require(keys.size() == H * S * D, "keys must be [heads, seq, dim]");
+  const int64_t per_segment = C / G;
+  require(S / G >= per_segment, "every segment needs at least clusters / segments tokens");
+  IvfIndexReference index;
+  index.shape = shape;
+  index.means.assign(static_cast<size_t>(H * D), 0.0);
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t t = 0; t < S; ++t) {
+      for (int64_t e = 0; e < D; ++e)
+        index.means[static_cast<size_t>(h * D + e)] += keys.get((h * S + t) * D + e);
+    }
+    for (int64_t e = 0; e < D; ++e)
+      index.means[static_cast<size_t>(h * D + e)] /= static_cast<double>(S);
+  }
+  // The centred keys, in float32 as the library holds them.
+  HostArray z(DType::kFloat32, H * S * D);
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t t = 0; t < S; ++t) {
+      for (int64_t e = 0; e < D; ++e) {
+        const int64_t at = (h * S + t) * D + e;
+        z.set(at, keys.get(at) - index.means[static_cast<size_t>(h * D + e)]);
+      }
+    }
+  }
+  // Every (head, segment) a problem of one k-means call, by offsets into the [H x S, D] rows.
+  KmeansLayout segments;
+  segments.batch = H * G;
+  segments.d = D;
+  segments.ld = D;
+  segments.offsets.push_back(0);
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t s = 0; s < G; ++s) {
+      int64_t begin = 0, end = 0;
+      ivf_segment(S, G, s, &begin, &end);
+      segments.offsets.push_back(h * S + end);
+      segments.n = std::max(segments.n, end - begin);
+    }
+  }
+  KmeansParams params;
+  params.n_clusters = per_segment;
+  params.n_iters = shape.n_iters;
+  params.metric = KmeansMetric::kCosine;
+  params.init = KmeansInit::kStrided;
+  const KmeansReference fit = kmeans(z, segments, params);
+  index.centroids.assign(static_cast<size_t>(H * C * D), 0.0);
+  index.labels.assign(static_cast<size_t>(H * S), 0);
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t s = 0; s < G; ++s) {
+      const int64_t b = h * G + s;
+      for (int64_t j = 0; j < per_segment * D; ++j) {
+        index.centroids[static_cast<size_t>((h * C + s * per_segment) * D + j)] =
+            fit.centroids[static_cast<size_t>(b * per_segment * D + j)];
+      }
+      int64_t begin = 0, end = 0;
+      ivf_segment(S, G, s, &begin, &end);
+      for (int64_t t = begin; t < end; ++t) {
+        index.labels[static_cast<size_t>(h * S + t)] = static_cast<int32_t>(
+            s * per_segment + fit.labels[static_cast<size_t>(b * segments.n + (t - begin))]);
+      }
+    }
+  }
+  if (shape.global_pass) {
+    KmeansLayout all;
+    all.batch = H;
+    all.n = S;
+    all.d = D;
+    all.ld = D;
+    all.batch_stride = S * D;
+    const KmeansReference assigned =
+        kmeans_assign(z, all, index.centroids, C, {}, KmeansMetric::kCosine);
+    index.labels = assigned.labels;
+  }
+  // CSR: each head's tokens grouped by cluster, ascending within a cluster.
+  index.offsets.assign(static_cast<size_t>(H * (C + 1)), 0);
+  index.ids.assign(static_cast<size_t>(H * S), 0);
+  for (int64_t h = 0; h < H; ++h) {
+    int64_t* off = index.offsets.data() + h * (C + 1);
+    for (int64_t t = 0; t < S; ++t)
+      ++off[index.labels[static_cast<size_t>(h * S + t)] + 1];
+    for (int64_t c = 0; c < C; ++c)
+      off[c + 1] += off[c];
+    std::vector<int64_t> cursor(off, off + C);
+    for (int64_t t = 0; t < S; ++t) {
+      const int32_t c = index.labels[static_cast<size_t>(h * S + t)];
+      index.ids[static_cast<size_t>(h * S + cursor[static_cast<size_t>(c)]++)] = t;
+    }
+  }
+  return index;
+}
+
+std::vector<int32_t> ivf_probe(const IvfIndexReference& index, const HostArray& queries,
+                               int64_t q_heads, int64_t n_queries, int64_t n_probe) {
+  const IvfShape& sh = index.shape;
+  check_queries(sh, queries, q_heads, n_queries);
+  require(n_probe >= 1 && n_probe <= sh.clusters, "n_probe must be in [1, clusters]");
+  const int64_t C = sh.clusters, D = sh.dim, group = q_heads / sh.heads;
+  std::vector<int32_t> probed(static_cast<size_t>(q_heads * n_queries * n_probe), -1);
+  for (int64_t g = 0; g < q_heads; ++g) {
+    const int64_t h = g / group;
+    const int64_t* off = index.offsets.data() + h * (C + 1);
+    for (int64_t q = 0; q < n_queries; ++q) {
+      std::vector<std::pair<double, int64_t>> ranked;
+      for (int64_t c = 0; c < C; ++c) {
+        if (off[c + 1] == off[c]) continue;  // empty clusters are never probed
+        ranked.emplace_back(
+            dot(queries, (g * n_queries + q) * D, index.centroids, (h * C + c) * D, D), c);
+      }
+      std::vector<double> scores(static_cast<size_t>(n_probe));
+      std::vector<int64_t> ids(static_cast<size_t>(n_probe));
+      take_best(&ranked, n_probe, scores.data(), ids.data());
+      for (int64_t j = 0; j < n_probe; ++j)
+        probed[static_cast<size_t>((g * n_queries + q) * n_probe + j)] =
+            static_cast<int32_t>(ids[static_cast<size_t>(j)]);
+    }
+  }
+  return probed;
+}
+
+IvfSearchReference ivf_search(const IvfIndexReference& index, const HostArray& keys,
+                              const HostArray& queries, int64_t q_heads, int64_t n_queries,
+                              int64_t k, int64_t n_probe) {
+  const IvfShape& sh = index.shape;
+  require(k >= 1, "k must be >= 1");
+  const std::vector<int32_t> probed = ivf_probe(index, queries, q_heads, n_queries, n_probe);
+  const int64_t C = sh.clusters, D = sh.dim, S = sh.seq, group = q_heads / sh.heads;
+  IvfSearchReference out;
+  out.scores.resize(static_cast<size_t>(q_heads * n_queries * k));
+  out.ids.resize(out.scores.size());
+  std::vector<double> q_values(static_cast<size_t>(D));
+  for (int64_t g = 0; g < q_heads; ++g) {
+    const int64_t h = g / group;
+    const int64_t* off = index.offsets.data() + h * (C + 1);
+    for (int64_t q = 0; q < n_queries; ++q) {
+      const int64_t row = g * n_queries + q;
+      for (int64_t e = 0; e < D; ++e)
+        q_values[static_cast<size_t>(e)] = queries.get(row * D + e);
+      std::vector<std::pair<double, int64_t>> candidates;
+      for (int64_t j = 0; j < n_probe; ++j) {
+        const int32_t c = probed[static_cast<size_t>(row * n_probe + j)];
+        if (c < 0) continue;
+        for (int64_t p = off[c]; p < off[c + 1]; ++p) {
+          const int64_t t = index.ids[static_cast<size_t>(h * S + p)];
+          candidates.emplace_back(dot(keys, (h * S + t) * D, q_values, 0, D), t);
+        }
+      }
+      take_best(&candidates, k, out.scores.data() + row * k, out.ids.data() + row * k);
+    }
+  }
+  return out;
+}
+
+IvfSearchReference exact_search(const HostArray& keys, const HostArray& queries,
+                                const IvfShape& shape, int64_t q_heads, int64_t n_queries,
+                                int64_t k) {
+  check_queries(shape, queries, q_heads, n_queries);
+  require(k >= 1, "k must be >= 1");
+  const int64_t D = shape.dim, S = shape.seq, group = q_heads / shape.heads;
+  IvfSearchReference out;
+  out.scores.resize(static_cast<size_t>(q_heads * n_queries * k));
+  out.ids.resize(out.scores.size());
+  std::vector<double> q_values(static_cast<size_t>(D));
+  for (int64_t g = 0; g < q_heads; ++g) {
+    const int64_t h = g / group;
+    for (int64_t q = 0; q < n_queries; ++q) {
+      const int64_t row = g * n_queries + q;
+      for (int64_t e = 0; e < D; ++e)
+        q_values[static_cast<size_t>(e)] = queries.get(row * D + e);
+      std::vector<std::pair<double, int64_t>> candidates;
+      candidates.reserve(static_cast<size_t>(S));
+      for (int64_t t = 0; t < S; ++t)
+        candidates.emplace_back(dot(keys, (h * S + t) * D, q_values, 0, D), t);
+      take_best(&candidates, k, out.scores.data() + row * k, out.ids.data() + row * k);
+    }
+  }
+  return out;
+}
+
+}  // namespace cudaops::ref

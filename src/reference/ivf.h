@@ -1,0 +1,62 @@
+#pragma once
+
+// The reference of the IVF-Flat index over attention KV caches (docs/ivf.md), in double
+// precision on the host: the build (centring by each head's mean, balanced segments clustered by
+// spherical k-means, the optional global pass, the CSR layout) and the search (clusters ranked by
+// the query's inner product with their centroids, the probed clusters' tokens scored exactly),
+// with exact search beside it. The GPU index is checked against these.
+#include <cstdint>
+#include <vector>
+
+#include "reference/host_array.h"
+
+namespace cudaops::ref {
+
+struct IvfShape {
+  int64_t heads = 1;        ///< kv heads H
+  int64_t seq = 0;          ///< tokens S per head
+  int64_t dim = 0;          ///< D
+  int64_t clusters = 0;     ///< per head, a multiple of segments
+  int64_t segments = 1;     ///< contiguous segments per head, each clustered on its own
+  int n_iters = 10;         ///< spherical k-means iterations per segment
+  bool global_pass = true;  ///< every token assigned against all of its head's clusters at the end
+};
+
+struct IvfIndexReference {
+  IvfShape shape;
+  std::vector<double> means;      ///< [H, D] each head's mean key
+  std::vector<double> centroids;  ///< [H, C, D] unit length (or zero), of the centred keys
+  std::vector<int32_t> labels;    ///< [H, S] each token's cluster
+  std::vector<int64_t> offsets;   ///< [H, C + 1] each cluster's range in `ids`
+  std::vector<int64_t> ids;       ///< [H, S] token positions in cluster order (ascending within)
+};
+
+/// Segment s of S tokens split into `segments` as numpy.array_split does: [begin, end).
+void ivf_segment(int64_t seq, int64_t segments, int64_t s, int64_t* begin, int64_t* end);
+
+/// Builds the index of keys [H, S, D] (any library float dtype).
+IvfIndexReference ivf_build(const HostArray& keys, const IvfShape& shape);
+
+struct IvfSearchReference {
+  std::vector<double> scores;  ///< [Hq, Q, k], best first; -inf past the candidates
+  std::vector<int64_t> ids;    ///< [Hq, Q, k] token positions; -1 past the candidates
+};
+
+/// The probed clusters of each query (queries [Hq, Q, D], Hq a multiple of H; query head g reads
+/// kv head g / (Hq / H)): the n_probe clusters of the largest q . c, empty clusters never, ties
+/// to the lower cluster. [Hq, Q, n_probe], -1 where fewer clusters are non-empty.
+std::vector<int32_t> ivf_probe(const IvfIndexReference& index, const HostArray& queries,
+                               int64_t q_heads, int64_t n_queries, int64_t n_probe);
+
+/// The k best tokens (q . k with the original keys, ties to the lower position) among the probed
+/// clusters' tokens.
+IvfSearchReference ivf_search(const IvfIndexReference& index, const HostArray& keys,
+                              const HostArray& queries, int64_t q_heads, int64_t n_queries,
+                              int64_t k, int64_t n_probe);
+
+/// The k best tokens of all S, as ivf_search ranks them.
+IvfSearchReference exact_search(const HostArray& keys, const HostArray& queries,
+                                const IvfShape& shape, int64_t q_heads, int64_t n_queries,
+                                int64_t k);
+
+}  // namespace cudaops::ref
