@@ -51,6 +51,36 @@ void check_queries(const IvfShape& shape, const HostArray& queries, int64_t q_he
           "queries must be [q_heads, n_queries, dim]");
 }
 
+/// For every query row (query head g, kv head h = g / group), the k best of the tokens that
+/// `tokens(h, row, out)` lists, scored against the original keys.
+template <typename Tokens>
+IvfSearchReference search_rows(const HostArray& keys, const HostArray& queries,
+                               const IvfShape& shape, int64_t q_heads, int64_t n_queries, int64_t k,
+                               Tokens&& tokens) {
+  const int64_t D = shape.dim, S = shape.seq, group = q_heads / shape.heads;
+  IvfSearchReference out;
+  out.scores.resize(static_cast<size_t>(q_heads * n_queries * k));
+  out.ids.resize(out.scores.size());
+  std::vector<double> q_values(static_cast<size_t>(D));
+  std::vector<int64_t> list;
+  for (int64_t g = 0; g < q_heads; ++g) {
+    const int64_t h = g / group;
+    for (int64_t q = 0; q < n_queries; ++q) {
+      const int64_t row = g * n_queries + q;
+      for (int64_t e = 0; e < D; ++e)
+        q_values[static_cast<size_t>(e)] = queries.get(row * D + e);
+      list.clear();
+      tokens(h, row, &list);
+      std::vector<std::pair<double, int64_t>> candidates;
+      candidates.reserve(list.size());
+      for (int64_t t : list)
+        candidates.emplace_back(dot(keys, (h * S + t) * D, q_values, 0, D), t);
+      take_best(&candidates, k, out.scores.data() + row * k, out.ids.data() + row * k);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void ivf_segment(int64_t seq, int64_t segments, int64_t s, int64_t* begin, int64_t* end) {
@@ -188,31 +218,17 @@ IvfSearchReference ivf_search(const IvfIndexReference& index, const HostArray& k
   const IvfShape& sh = index.shape;
   require(k >= 1, "k must be >= 1");
   const std::vector<int32_t> probed = ivf_probe(index, queries, q_heads, n_queries, n_probe);
-  const int64_t C = sh.clusters, D = sh.dim, S = sh.seq, group = q_heads / sh.heads;
-  IvfSearchReference out;
-  out.scores.resize(static_cast<size_t>(q_heads * n_queries * k));
-  out.ids.resize(out.scores.size());
-  std::vector<double> q_values(static_cast<size_t>(D));
-  for (int64_t g = 0; g < q_heads; ++g) {
-    const int64_t h = g / group;
-    const int64_t* off = index.offsets.data() + h * (C + 1);
-    for (int64_t q = 0; q < n_queries; ++q) {
-      const int64_t row = g * n_queries + q;
-      for (int64_t e = 0; e < D; ++e)
-        q_values[static_cast<size_t>(e)] = queries.get(row * D + e);
-      std::vector<std::pair<double, int64_t>> candidates;
-      for (int64_t j = 0; j < n_probe; ++j) {
-        const int32_t c = probed[static_cast<size_t>(row * n_probe + j)];
-        if (c < 0) continue;
-        for (int64_t p = off[c]; p < off[c + 1]; ++p) {
-          const int64_t t = index.ids[static_cast<size_t>(h * S + p)];
-          candidates.emplace_back(dot(keys, (h * S + t) * D, q_values, 0, D), t);
-        }
-      }
-      take_best(&candidates, k, out.scores.data() + row * k, out.ids.data() + row * k);
-    }
-  }
-  return out;
+  const int64_t C = sh.clusters, S = sh.seq;
+  return search_rows(keys, queries, sh, q_heads, n_queries, k,
+                     [&](int64_t h, int64_t row, std::vector<int64_t>* list) {
+                       const int64_t* off = index.offsets.data() + h * (C + 1);
+                       for (int64_t j = 0; j < n_probe; ++j) {
+                         const int32_t c = probed[static_cast<size_t>(row * n_probe + j)];
+                         if (c < 0) continue;
+                         for (int64_t p = off[c]; p < off[c + 1]; ++p)
+                           list->push_back(index.ids[static_cast<size_t>(h * S + p)]);
+                       }
+                     });
 }
 
 IvfSearchReference exact_search(const HostArray& keys, const HostArray& queries,
@@ -220,25 +236,11 @@ IvfSearchReference exact_search(const HostArray& keys, const HostArray& queries,
                                 int64_t k) {
   check_queries(shape, queries, q_heads, n_queries);
   require(k >= 1, "k must be >= 1");
-  const int64_t D = shape.dim, S = shape.seq, group = q_heads / shape.heads;
-  IvfSearchReference out;
-  out.scores.resize(static_cast<size_t>(q_heads * n_queries * k));
-  out.ids.resize(out.scores.size());
-  std::vector<double> q_values(static_cast<size_t>(D));
-  for (int64_t g = 0; g < q_heads; ++g) {
-    const int64_t h = g / group;
-    for (int64_t q = 0; q < n_queries; ++q) {
-      const int64_t row = g * n_queries + q;
-      for (int64_t e = 0; e < D; ++e)
-        q_values[static_cast<size_t>(e)] = queries.get(row * D + e);
-      std::vector<std::pair<double, int64_t>> candidates;
-      candidates.reserve(static_cast<size_t>(S));
-      for (int64_t t = 0; t < S; ++t)
-        candidates.emplace_back(dot(keys, (h * S + t) * D, q_values, 0, D), t);
-      take_best(&candidates, k, out.scores.data() + row * k, out.ids.data() + row * k);
-    }
-  }
-  return out;
+  return search_rows(keys, queries, shape, q_heads, n_queries, k,
+                     [&](int64_t, int64_t, std::vector<int64_t>* list) {
+                       for (int64_t t = 0; t < shape.seq; ++t)
+                         list->push_back(t);
+                     });
 }
 
 }  // namespace cudaops::ref
