@@ -2,14 +2,14 @@
 
 The torch version is the way retrieval code writes batched k-means: a bmm of the points with the
 centroids, argmin (argmax for cosine), and scatter-add of the points into per-cluster sums, from
-the same strided initial centroids. Both run 10 iterations; each time is the median of 5 CUDA-event
-timings after a warm-up. The objective of each result (sum of squared distances, or of 1 - cosine,
-computed the same way in float32 for both) is printed beside it. Prints a Markdown table.
+the same strided initial centroids. Both run 10 iterations; each time is the median of 5
+CUDA-event timings of one call after warm-up calls (rowwise_torch.timed). The objective of each
+result (sum of squared distances, or of 1 - cosine, computed the same way in float32 for both) is
+printed beside it. Prints a Markdown table.
 """
 
-import statistics
-
 import torch
+from rowwise_torch import timed
 
 import cudaops
 
@@ -20,20 +20,6 @@ SHAPES = [  # (batch, n, d, k, metric)
     (32, 1024, 128, 64, "cosine"),
 ]
 ITERS = 10
-
-
-def timed(fn, reps=5):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e-3)
-    return statistics.median(times)
 
 
 def torch_kmeans(x, k, iters, cosine):
@@ -76,8 +62,8 @@ def main():
         which = torch.randint(0, k // 2, (batch, n), device="cuda", generator=g)
         x = (torch.gather(centres, 1, which[..., None].expand(-1, -1, d))
              + 0.3 * torch.randn(batch, n, d, device="cuda", generator=g)).half()
-        ours = timed(lambda x=x: cudaops.kmeans(x, k, n_iters=ITERS, metric=metric))
-        theirs = timed(lambda x=x: torch_kmeans(x, k, ITERS, cosine))
+        ours = timed(lambda x=x: cudaops.kmeans(x, k, n_iters=ITERS, metric=metric), 5, 1)
+        theirs = timed(lambda x=x: torch_kmeans(x, k, ITERS, cosine), 5, 1)
         c1, l1, _ = cudaops.kmeans(x, k, n_iters=ITERS, metric=metric)
         c2, l2 = torch_kmeans(x, k, ITERS, cosine)
         o1, o2 = objective(x, c1, l1, cosine), objective(x, c2, l2, cosine)

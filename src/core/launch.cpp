@@ -31,6 +31,43 @@ Status cluster_image(const char* op, const void* kernel, cudaFuncAttributes* att
   return Status();
 }
 
+namespace {
+
+// What a query about a kernel answered on a device, asked once per (kernel, device, question).
+struct KernelFact {
+  const void* kernel;
+  int device;
+  int question;
+  bool value;
+};
+
+Status once_per_device(const char* op, const void* kernel, int question, bool* ok,
+                       Status (*ask)(const char*, const void*, bool*)) {
+  *ok = false;
+  int device = 0;
+  const cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  static std::mutex mutex;
+  static std::vector<KernelFact> known;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (const KernelFact& f : known) {
+      if (f.kernel == kernel && f.device == device && f.question == question) {
+        *ok = f.value;
+        return Status();
+      }
+    }
+  }
+  bool value = false;
+  if (Status s = ask(op, kernel, &value); !s.ok()) return s;
+  const std::lock_guard<std::mutex> lock(mutex);
+  known.push_back({kernel, device, question, value});
+  *ok = value;
+  return Status();
+}
+
+}  // namespace
+
 Status dependent_launch(const char* op, const void* kernel, bool* ok) {
   *ok = false;
   static const bool enabled = [] {
@@ -38,32 +75,24 @@ Status dependent_launch(const char* op, const void* kernel, bool* ok) {
     return value == nullptr || std::strcmp(value, "0") != 0;
   }();
   if (!enabled) return Status();
-  int device = 0;
-  const cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
-  struct Entry {
-    const void* kernel;
-    int device;
-    bool ok;
-  };
-  static std::mutex mutex;
-  static std::vector<Entry> known;
-  {
-    const std::lock_guard<std::mutex> lock(mutex);
-    for (const Entry& e : known) {
-      if (e.kernel == kernel && e.device == device) {
-        *ok = e.ok;
-        return Status();
-      }
+  return once_per_device(op, kernel, 0, ok, [](const char* o, const void* k, bool* image) {
+    cudaFuncAttributes attributes = {};
+    return cluster_image(o, k, &attributes, image);
+  });
+}
+
+Status image_loads(const char* op, const void* kernel, bool* ok) {
+  return once_per_device(op, kernel, 1, ok, [](const char* o, const void* k, bool* loads) {
+    cudaFuncAttributes attributes = {};
+    const cudaError_t error = cudaFuncGetAttributes(&attributes, k);
+    *loads = error == cudaSuccess;
+    if (error == cudaSuccess) return Status();
+    (void)cudaGetLastError();  // a missing image is an answer here, not an error to report later
+    if (error == cudaErrorInvalidDeviceFunction || error == cudaErrorNoKernelImageForDevice) {
+      return Status();
     }
-  }
-  cudaFuncAttributes attributes = {};
-  bool image = false;
-  if (Status s = cluster_image(op, kernel, &attributes, &image); !s.ok()) return s;
-  const std::lock_guard<std::mutex> lock(mutex);
-  known.push_back({kernel, device, image});
-  *ok = image;
-  return Status();
+    return cuda_status(error, o, "querying the kernel");
+  });
 }
 
 Status check_launch(const char* op, cudaStream_t stream) {

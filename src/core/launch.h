@@ -24,4 +24,8 @@ Status cluster_image(const char* op, const void* kernel, cudaFuncAttributes* att
 /// is 0 (read once). Computed once per kernel and device.
 Status dependent_launch(const char* op, const void* kernel, bool* ok);
 
+/// Sets *ok when the current device has an image of `kernel` it can load (an sm_90a kernel loads
+/// on compute capability 9.0 alone). Asked once per kernel and device.
+Status image_loads(const char* op, const void* kernel, bool* ok);
+
 }  // namespace cudaops::detail

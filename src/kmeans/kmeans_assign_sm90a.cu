@@ -11,7 +11,6 @@
 // 64 x 128 tile with wgmma.m64n128k16 (float32 accumulators in registers) and keeps each row's
 // running minimum of bias_j - alpha * y . c_j, as the mma.sync kernel does; two blocks per SM let
 // one block's arg-min run while the other's products do.
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -281,29 +280,18 @@ __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
   }
 }
 
-/// Whether the wgmma kernel of T runs on the current device: an sm_90a image loads on compute
-/// capability 9.0 alone. Asked once per device; CUDAOPS_KMEANS_WGMMA=0 turns it off.
+/// Whether the wgmma kernel of T runs on the current device (image_loads, asked once per
+/// device); CUDAOPS_KMEANS_WGMMA=0 turns it off.
 template <typename T>
 bool wgmma_runs() {
   static const bool enabled = [] {
     const char* value = std::getenv("CUDAOPS_KMEANS_WGMMA");
     return value == nullptr || std::strcmp(value, "0") != 0;
   }();
-  if (!enabled) return false;
-  constexpr int kDevices = 64;
-  // 0: not asked yet, 1: runs, 2: does not.
-  static std::atomic<int> known[kDevices];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0) return false;
-  if (device < kDevices) {
-    const int v = known[device].load(std::memory_order_relaxed);
-    if (v != 0) return v == 1;
-  }
-  cudaFuncAttributes attributes = {};
-  const bool runs = cudaFuncGetAttributes(&attributes, assign_wgmma_kernel<T, 1>) == cudaSuccess;
-  (void)cudaGetLastError();  // a missing image is an answer here, not an error to report later
-  if (device < kDevices) known[device].store(runs ? 1 : 2, std::memory_order_relaxed);
-  return runs;
+  bool loads = false;
+  return enabled &&
+         image_loads(kOp, reinterpret_cast<const void*>(assign_wgmma_kernel<T, 1>), &loads).ok() &&
+         loads;
 }
 
 template <typename T, int kKBlocks>
