@@ -19,7 +19,15 @@ struct RunOptions {
   TimingOptions timing;
   std::map<std::string, int64_t> dims;  // every size option any op has
   std::map<std::string, CLI::Option*> dim_options;
+  std::set<std::string> flags;  // the size options that are switches (0 unless given)
 };
+
+/// Whether the size option `name` was on the command line. A switch counts as given only when
+/// set: some CLI11 versions count a switch that was not given as one result (its default).
+bool given(const RunOptions& options, const std::string& name) {
+  if (options.flags.count(name) != 0) return options.dims.at(name) != 0;
+  return options.dim_options.at(name)->count() > 0;
+}
 
 int execute(RunOptions& options) {
   const harness::OpDescriptor* op = harness::find_op(options.op);
@@ -36,11 +44,11 @@ int execute(RunOptions& options) {
   std::set<std::string> own;
   for (const auto& spec : op->dims) {
     own.insert(spec.name);
-    const bool given = options.dim_options.at(spec.name)->count() > 0;
-    config.dims.emplace_back(spec.name, given ? options.dims.at(spec.name) : spec.default_value);
+    config.dims.emplace_back(spec.name, given(options, spec.name) ? options.dims.at(spec.name)
+                                                                  : spec.default_value);
   }
   for (const auto& [name, option] : options.dim_options) {
-    if (option->count() > 0 && own.count(name) == 0) {
+    if (given(options, name) && own.count(name) == 0) {
       throw UsageError{"--" + name + " is not a size of " + op->name};
     }
   }
@@ -110,6 +118,7 @@ Command add_run_command(CLI::App& app) {
       int64_t& target = options->dims[spec.name];
       if (spec.flag) {
         options->dim_options[spec.name] = parser->add_flag("--" + spec.name, target, spec.help);
+        options->flags.insert(spec.name);
       } else if (!spec.words.empty()) {
         const std::map<std::string, int64_t> words(spec.words.begin(), spec.words.end());
         options->dim_options[spec.name] =

@@ -213,6 +213,17 @@ if [ ! -f "$log/info.txt" ] && command -v nvidia-smi > /dev/null; then
   echo "device 0: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > "$log/info.txt"
 fi
 
+# With two or more devices, what the several-GPU tests did, for the results.
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 2 ]; then
+  {
+    echo "Several GPUs in one process ($(nvidia-smi -L | grep -c '^GPU ') devices):"
+    echo
+    grep -E "Test +#[0-9]+: .*multi_device" "$log/ctest.log" 2>/dev/null | sed 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: /- /'
+    grep -E "test_multi_gpu.py::" "$log/pytest.log" 2>/dev/null | sed 's/^/- /; s/ *\[ *[0-9]*%\]//'
+    echo
+  } > "$log/multi_gpu.md"
+fi
+
 commit=${CUDAOPS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 device=$(sed -n 's/^device 0: //p' "$log/info.txt" | sed 's/ (.*//')
 # bench/RESULTS.md with this GPU's section regenerated from the JSON (copy it into the tree).
@@ -220,7 +231,7 @@ if [ -f "$log/bench.json" ]; then
   rm -f "$log/RESULTS.md"
   [ -f bench/RESULTS.md ] && cp bench/RESULTS.md "$log/RESULTS.md"
   extras=()
-  for f in python_overhead rowwise_torch topk_torch kmeans_torch jit; do
+  for f in python_overhead rowwise_torch topk_torch kmeans_torch jit multi_gpu; do
     [ -s "$log/$f.md" ] && extras+=("$log/$f.md")
   done
   stream_arg=()

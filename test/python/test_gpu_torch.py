@@ -130,6 +130,7 @@ def test_stream_handles(path):
 def test_result_is_usable_on_another_stream(path):
     s = torch.cuda.Stream()
     a = torch.ones(1 << 20, device="cuda")
+    s.wait_stream(torch.cuda.current_stream())  # a is made on the current stream, used on s
     with torch.cuda.stream(s):
         c = cudaops.add_scalar(a, 1.0, stream=s)
         d = c * 2  # torch imported c on `s`

@@ -16,6 +16,15 @@ pytestmark = [requires_gpu,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")]
 
 
+@pytest.fixture(autouse=True)
+def _device_0_current():
+    """Each test starts and ends with device 0 current (JAX, for one, leaves another device
+    current in this thread when it sets up its devices)."""
+    torch.cuda.set_device(0)
+    yield
+    torch.cuda.set_device(0)
+
+
 def _inputs(device, dtype=torch.float16):
     g = torch.Generator(device="cpu").manual_seed(5)
     x = torch.randn(64, 4096, generator=g).to(dtype).to(device)
@@ -137,3 +146,34 @@ def test_cupy_device_1():
     with cupy.cuda.Device(1):
         assert bool(cupy.all(c == 2 * a))
         assert float(cupy.abs(s.sum(axis=1) - 1).max()) < 1e-5
+
+
+def test_torch_device_context():
+    """Inside `torch.cuda.device(1)`, arrays of device 0: the call runs there, the context's device
+    stays current, and an error inside the context leaves it current too."""
+    a = torch.randn(32, 256, device="cuda:0")
+    with torch.cuda.device(1):
+        s = cudaops.softmax(a)
+        assert torch.cuda.current_device() == 1
+        with pytest.raises(ValueError, match=r"softmax: out: shape \(32, 255\) does not match"):
+            cudaops.softmax(a, out=torch.empty(32, 255, device="cuda:0"))
+        assert torch.cuda.current_device() == 1
+    assert s.device == a.device
+    torch.cuda.synchronize(0)
+    assert torch.allclose(s, torch.softmax(a, dim=1), atol=1e-6)
+
+
+def test_jax_device_1():
+    jax = pytest.importorskip("jax")
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        pytest.skip("JAX sees no GPU")
+    if len(gpus) < 2:
+        pytest.skip("JAX sees fewer than two GPUs")
+    a = jax.device_put(jax.numpy.arange(1000, dtype=jax.numpy.float32), gpus[1])
+    torch.cuda.set_device(0)
+    c = cudaops.add(a, a)
+    assert torch.cuda.current_device() == 0
+    assert c.devices() == {gpus[1]}
+    assert bool((c == 2 * a).all())

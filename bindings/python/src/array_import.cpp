@@ -157,6 +157,12 @@ void CallContext::check_stream_device(int device) const {
   const cudaStream_t stream = stream_.handle;
   // The default streams belong to whichever device is current.
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return;
+  // A capturing stream's device cannot be asked (the query fails and invalidates the capture, in
+  // every capture mode); a kernel captured on a stream of another device fails at its launch.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture),
+             std::string(op_) + ": stream: cannot query its capture status");
+  if (capture != cudaStreamCaptureStatusNone) return;
   int stream_device = -1;
   check_cuda(cudaStreamGetDevice(stream, &stream_device),
              std::string(op_) + ": stream: cannot query its device");

@@ -131,10 +131,17 @@ class KmeansCase : public OpCase {
     std::vector<int32_t> labels(static_cast<size_t>(batch * n)),
         sizes(static_cast<size_t>(batch * k));
     std::vector<float> objective(static_cast<size_t>(batch)), means(static_cast<size_t>(batch * d));
-    cudaMemcpy(labels.data(), labels_.get(), labels.size() * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(sizes.data(), sizes_.get(), sizes.size() * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(objective.data(), objective_.get(), objective.size() * 4, cudaMemcpyDeviceToHost);
-    cudaMemcpy(means.data(), means_.get(), means.size() * 4, cudaMemcpyDeviceToHost);
+    // The means are written only when the points are centred.
+    if (cudaMemcpy(labels.data(), labels_.get(), labels.size() * 4, cudaMemcpyDeviceToHost) !=
+            cudaSuccess ||
+        cudaMemcpy(sizes.data(), sizes_.get(), sizes.size() * 4, cudaMemcpyDeviceToHost) !=
+            cudaSuccess ||
+        cudaMemcpy(objective.data(), objective_.get(), objective.size() * 4,
+                   cudaMemcpyDeviceToHost) != cudaSuccess ||
+        (params_.center && cudaMemcpy(means.data(), means_.get(), means.size() * 4,
+                                      cudaMemcpyDeviceToHost) != cudaSuccess)) {
+      return Status(StatusCode::kCudaError, "kmeans: downloading the results failed");
+    }
     const std::vector<double> c = centroids.to_double();
     if (unique_ < batch) {
       return Status(StatusCode::kNotSupported,
