@@ -44,8 +44,8 @@ int execute(RunOptions& options) {
   std::set<std::string> own;
   for (const auto& spec : op->dims) {
     own.insert(spec.name);
-    config.dims.emplace_back(spec.name, given(options, spec.name) ? options.dims.at(spec.name)
-                                                                  : spec.default_value);
+    config.dims.emplace_back(
+        spec.name, given(options, spec.name) ? options.dims.at(spec.name) : spec.default_value);
   }
   for (const auto& [name, option] : options.dim_options) {
     if (given(options, name) && own.count(name) == 0) {

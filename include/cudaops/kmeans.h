@@ -20,8 +20,8 @@ namespace cudaops {
 // - Points are float16, bfloat16 or float32; the products run on the tensor cores with float32
 //   accumulation (float32 points as TF32), everything else (means, norms, sums, centroids) in
 //   float32. Compute capability 8.0 or newer (kNotSupported before).
-// - Each problem, with z_i its working points (x_i, or x_i - mean with `center`; cosine: z_i
-//   scaled to unit length, a zero vector staying zero):
+// - Each problem, with z_i its working points (x_i; x_i - mean with `center`; x_i - means[b] with
+//   KmeansParams::means; cosine: z_i scaled to unit length, a zero vector staying zero):
 //     1. initial centroids: kStrided, z at rows floor(j * n / n_clusters); kRandom, n_clusters
 //        distinct rows drawn by Floyd's algorithm from a generator seeded with (seed, b);
 //        kGiven, the centroids passed in (cosine: scaled to unit length);
@@ -34,7 +34,7 @@ namespace cudaops {
 //     3. a last assignment against the returned centroids gives the labels, the cluster sizes and
 //        the objective (the sum of the points' distances).
 //   The centroids are in the working space: with `center`, relative to the mean (written to
-//   `means` when given).
+//   `means` when given); with KmeansParams::means, relative to those means.
 // - Bitwise repeatable: every sum is taken in a fixed order, with no atomics on the results.
 // - The outputs and the workspace must not overlap the inputs or one another (kInvalidArgument;
 //   points given by offsets are not checked, their extent being on the device).
@@ -78,6 +78,10 @@ struct KmeansParams {
   int n_iters = 10;        ///< iterations of assignment and update, >= 0
   KmeansMetric metric = KmeansMetric::kL2;
   bool center = false;  ///< subtract each problem's mean from its points first
+  /// Device, [batch, d] float32: subtracted from each problem's points in place of its own mean
+  /// (as `center` does, with these means), e.g. one mean shared by the segments of a head given as
+  /// separate problems; or null. Not with `center`.
+  const float* means = nullptr;
   KmeansInit init = KmeansInit::kStrided;
   uint64_t seed = 0;  ///< kRandom only
   KmeansEmpty empty = KmeansEmpty::kKeep;

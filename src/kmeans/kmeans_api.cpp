@@ -191,6 +191,9 @@ Status check_params(const char* op, const KmeansPoints& p, const KmeansParams& p
     return invalid(op, "empty " + std::to_string(static_cast<int>(params.empty)) +
                            " is not kKeep or kFarthest");
   }
+  if (params.center && params.means != nullptr) {
+    return invalid(op, "params.center and params.means both ask for centring; give one");
+  }
   return Status();
 }
 
@@ -351,6 +354,14 @@ Status kmeans(const KmeansPoints& points, const KmeansParams& params, const Kmea
       !s.ok())
     return s;
   if (Status s =
+          check_output(kFit, "params.means", params.means, false, p.batch * p.d, DType::kFloat32);
+      !s.ok())
+    return s;
+  if (params.means != nullptr && result.means != nullptr) {
+    return detail::kmeans::invalid(kFit,
+                                   "result.means must be null with params.means (they are given)");
+  }
+  if (Status s =
           check_workspace(kFit, layout, d_workspace, workspace_bytes, "kmeans_workspace_size");
       !s.ok())
     return s;
@@ -370,15 +381,19 @@ Status kmeans(const KmeansPoints& points, const KmeansParams& params, const Kmea
                                static_cast<size_t>(p.batch) * 4, true),
            detail::byte_region("result.means", result.means, static_cast<size_t>(p.batch * p.d) * 4,
                                true),
+           detail::byte_region("params.means", params.means, static_cast<size_t>(p.batch * p.d) * 4,
+                               false),
            detail::byte_region("d_workspace", d_workspace, layout.bytes, true)});
       !s.ok())
     return s;
   if (p.batch == 0) return Status();
   if (Status s = require_tensor_cores(kFit); !s.ok()) return s;
   Call call = make_call(p, layout, d_workspace, k, params.metric);
-  call.center = params.center;
+  call.center = params.center || params.means != nullptr;
   call.compute_means = params.center;
   if (params.center && result.means != nullptr) call.means = result.means;
+  // Given means are only read: compute_means is false.
+  if (params.means != nullptr) call.means = const_cast<float*>(params.means);
   if (result.centroid_dtype == DType::kFloat32)
     call.centroids = static_cast<float*>(result.centroids);
   return detail::dispatch_float(

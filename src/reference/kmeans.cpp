@@ -122,7 +122,8 @@ void assign(const Problem& p, const double* centroids, int64_t k, int64_t d, Kme
 }  // namespace
 
 KmeansReference kmeans(const HostArray& points, const KmeansLayout& layout,
-                       const KmeansParams& params, const std::vector<double>& given) {
+                       const KmeansParams& params, const std::vector<double>& given,
+                       const std::vector<double>& means) {
   const int64_t batch = layout.batch, n = layout.n, d = layout.d, k = params.n_clusters;
   KmeansReference r;
   r.centroids.assign(static_cast<size_t>(batch * k * d), 0.0);
@@ -136,7 +137,10 @@ KmeansReference kmeans(const HostArray& points, const KmeansLayout& layout,
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t len = layout.length(b);
     std::vector<double> mean;
-    if (params.center && len > 0) {
+    if (!means.empty()) {
+      mean.assign(means.begin() + b * d, means.begin() + (b + 1) * d);
+      std::copy(mean.begin(), mean.end(), r.means.begin() + b * d);
+    } else if (params.center && len > 0) {
       mean.assign(static_cast<size_t>(d), 0.0);
       for (int64_t i = 0; i < len; ++i) {
         for (int64_t c = 0; c < d; ++c)

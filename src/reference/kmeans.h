@@ -41,9 +41,12 @@ struct KmeansLayout {
 /// The k rows Floyd's algorithm draws from len for problem b (kRandom), in the order drawn.
 std::vector<int64_t> kmeans_random_rows(uint64_t seed, int64_t b, int64_t len, int64_t k);
 
-/// Fits as kmeans does. `given` ([batch, k, d]) is read with KmeansInit::kGiven.
+/// Fits as kmeans does. `given` ([batch, k, d]) is read with KmeansInit::kGiven; `means`
+/// ([batch, d], or empty) are KmeansParams::means (params.means itself, a device pointer, is not
+/// read).
 KmeansReference kmeans(const HostArray& points, const KmeansLayout& layout,
-                       const KmeansParams& params, const std::vector<double>& given = {});
+                       const KmeansParams& params, const std::vector<double>& given = {},
+                       const std::vector<double>& means = {});
 
 /// The nearest centroid of each point, as kmeans_assign does (centroids [batch, k, d]; means
 /// [batch, d] or empty). Fills labels, distances and margins of the result.

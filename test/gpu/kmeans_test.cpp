@@ -72,14 +72,30 @@ struct Case {
   int64_t ld_pad = 0;            // ld = d rounded to 16 bytes + ld_pad elements
   std::vector<int64_t> lengths;  // with offsets: each problem's rows (n is their bound)
   DType centroid_dtype = DType::kFloat32;
+  std::vector<double> means;  // KmeansParams::means ([batch, d], float32 values), or empty
 };
+
+/// Means to give a case: problems in pairs share one (as the segments of a head do), each value
+/// a float32 near the mixture's centres.
+std::vector<double> GivenMeans(int64_t batch, int64_t d) {
+  std::mt19937_64 rng(5);
+  std::normal_distribution<double> normal(0.2, 0.4);
+  std::vector<double> means(static_cast<size_t>(batch * d));
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t e = 0; e < d; ++e) {
+      means[b * d + e] = b % 2 == 1 ? means[(b - 1) * d + e]
+                                    : static_cast<double>(static_cast<float>(normal(rng)));
+    }
+  }
+  return means;
+}
 
 std::ostream& operator<<(std::ostream& os, const Case& c) {
   os << dtype_name(c.dtype) << (c.metric == KmeansMetric::kCosine ? " cosine" : " l2")
      << (c.center ? " center" : "") << " init=" << static_cast<int>(c.init)
      << " empty=" << static_cast<int>(c.empty) << " batch=" << c.batch << " n=" << c.n
      << " d=" << c.d << " k=" << c.k << " iters=" << c.iters << " ld_pad=" << c.ld_pad
-     << " centroids=" << dtype_name(c.centroid_dtype);
+     << " centroids=" << dtype_name(c.centroid_dtype) << (c.means.empty() ? "" : " given means");
   if (!c.lengths.empty()) {
     os << " lengths=";
     for (int64_t l : c.lengths)
@@ -129,7 +145,7 @@ std::vector<T> Download(const void* d_ptr, int64_t count, cudaStream_t stream) {
                                   const HostArray& x, const std::vector<double>& given,
                                   cudaStream_t stream, Fit* out, bool capture = false) {
   DeviceArray points, centroids;
-  DeviceBuffer offsets, labels, sizes, objective, means, workspace;
+  DeviceBuffer offsets, labels, sizes, objective, means, given_means, workspace;
   const int64_t rows = RowsOf(layout);
   if (!points.allocate(c.dtype, std::max<int64_t>(x.size(), 1)).ok() ||
       !points.upload(x, stream).ok()) {
@@ -158,6 +174,15 @@ std::vector<T> Download(const void* d_ptr, int64_t count, cudaStream_t stream) {
   params.init = c.init;
   params.seed = 1234;
   params.empty = c.empty;
+  if (!c.means.empty()) {
+    const std::vector<float> m(c.means.begin(), c.means.end());
+    if (!given_means.allocate(static_cast<int64_t>(m.size() * 4)).ok() ||
+        cudaMemcpy(given_means.get(), m.data(), m.size() * 4, cudaMemcpyHostToDevice) !=
+            cudaSuccess) {
+      return ::testing::AssertionFailure() << "given means";
+    }
+    params.means = given_means.as<float>();
+  }
   const int64_t kd = c.batch * c.k * c.d;
   if (!centroids.allocate(c.centroid_dtype, kd).ok()) return ::testing::AssertionFailure();
   if (c.init == KmeansInit::kGiven) {
@@ -183,7 +208,7 @@ std::vector<T> Download(const void* d_ptr, int64_t count, cudaStream_t stream) {
   result.labels = labels.as<int32_t>();
   result.sizes = sizes.as<int32_t>();
   result.objective = objective.as<float>();
-  result.means = means.as<float>();
+  result.means = c.means.empty() ? means.as<float>() : nullptr;  // not written with given means
   size_t bytes = 0;
   if (Status s = kmeans_workspace_size(p, params, &bytes); !s.ok()) {
     return ::testing::AssertionFailure() << s.to_string();
@@ -220,7 +245,8 @@ std::vector<T> Download(const void* d_ptr, int64_t count, cudaStream_t stream) {
   out->labels = Download<int32_t>(labels.get(), rows, stream);
   out->sizes = Download<int32_t>(sizes.get(), c.batch * c.k, stream);
   out->objective = Download<float>(objective.get(), c.batch, stream);
-  out->means = Download<float>(means.get(), c.batch * c.d, stream);
+  out->means = c.means.empty() ? Download<float>(means.get(), c.batch * c.d, stream)
+                               : std::vector<float>(c.means.begin(), c.means.end());
   return ::testing::AssertionSuccess();
 }
 
@@ -289,12 +315,13 @@ double Norm2(const ref::KmeansReference& at_zero, int64_t index) {
       given[i] = rounded.get(static_cast<int64_t>(i));
     }
   }
-  const ref::KmeansReference want0 = ref::kmeans(x, layout, ParamsOf(c, 0), given);
-  const ref::KmeansReference want1 = ref::kmeans(x, layout, ParamsOf(c, 1), given);
+  const ref::KmeansReference want0 = ref::kmeans(x, layout, ParamsOf(c, 0), given, c.means);
+  const ref::KmeansReference want1 = ref::kmeans(x, layout, ParamsOf(c, 1), given, c.means);
+  const bool centred = c.center || !c.means.empty();
   // |z|^2 of every working point: distances to zero centroids.
   const ref::KmeansReference zero = ref::kmeans_assign(
       x, layout, std::vector<double>(static_cast<size_t>(c.batch * c.k * c.d), 0.0), c.k,
-      c.center ? want0.means : std::vector<double>{}, KmeansMetric::kL2);
+      centred ? want0.means : std::vector<double>{}, KmeansMetric::kL2);
 
   Case c0 = c;
   c0.iters = 0;
@@ -366,7 +393,7 @@ double Norm2(const ref::KmeansReference& at_zero, int64_t index) {
   // Run 3: the returned state against itself.
   const ref::KmeansReference self = ref::kmeans_assign(
       x, layout, got.centroids, c.k,
-      c.center ? std::vector<double>(got.means.begin(), got.means.end()) : std::vector<double>{},
+      centred ? std::vector<double>(got.means.begin(), got.means.end()) : std::vector<double>{},
       c.metric);
   for (int64_t b = 0; b < c.batch; ++b) {
     const int64_t len = layout.length(b);
@@ -488,6 +515,20 @@ std::vector<Case> Cases() {
     var.metric = KmeansMetric::kCosine;
     var.init = KmeansInit::kRandom;
     cases.push_back(var);
+    // Given means: by offsets (spherical, as the IVF index's segments are) and strided.
+    var.center = false;
+    var.init = KmeansInit::kStrided;
+    var.means = GivenMeans(var.batch, var.d);
+    cases.push_back(var);
+    Case strided;
+    strided.dtype = dtype;
+    strided.batch = 4;
+    strided.n = 257;
+    strided.d = 96;
+    strided.k = 9;
+    strided.iters = 4;
+    strided.means = GivenMeans(strided.batch, strided.d);
+    cases.push_back(strided);
   }
   return cases;
 }
