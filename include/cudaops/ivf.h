@@ -1,0 +1,95 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cudaops/dtype.h"
+#include "cudaops/export.h"
+#include "cudaops/status.h"
+#include "cudaops/stream.h"
+
+namespace cudaops {
+
+// An IVF-Flat index over attention KV caches, built over every kv head of a long context in one
+// call (docs/ivf.md):
+//
+// - Keys [H, S, D] (float16 or bfloat16, row-major, D a multiple of 8 up to 512) are centred by
+//   each head's mean; each head's S tokens are split into n_segments contiguous segments as
+//   numpy.array_split splits them, and every (head, segment) is clustered on its own into
+//   n_clusters / n_segments clusters by spherical k-means (strided initialisation), all in one
+//   batched k-means call; with the global pass, every token then takes the cluster of the largest
+//   inner product among all of its head's clusters (ties to the lower cluster).
+// - Per head, the index keeps the mean (float32), the unit centroids (float32, and rounded to the
+//   keys' dtype for scanning), each cluster's range (CSR offsets, no padding), the token positions
+//   in cluster order (ascending within a cluster), the keys and values copied in that order, each
+//   cluster's size and value sum (float32), and the largest cluster's size.
+//
+// The index is a view over one device buffer that the caller allocates (ivf_index_size): the
+// library's calls allocate nothing, run on the caller's stream without synchronising and can be
+// captured in a CUDA graph; the Python index owns its buffer from the module's pool. Capacities
+// (tokens and clusters per head) are fixed at allocation, so that appending segments later does
+// not reallocate.
+
+/// The sizes an index buffer is laid out for.
+struct IvfShape {
+  int64_t heads = 0;              ///< kv heads H
+  int64_t dim = 0;                ///< D of the keys: a multiple of 8, 8 to 512
+  int64_t value_dim = 0;          ///< of the values; 0: the index keeps no values
+  int64_t capacity = 0;           ///< tokens per head the buffer holds
+  int64_t max_clusters = 0;       ///< clusters per head the buffer holds
+  DType dtype = DType::kFloat16;  ///< of keys and values: float16 or bfloat16
+};
+
+/// Where each array of an index lies in its buffer (byte offsets, each 256-byte aligned).
+struct IvfLayout {
+  size_t means = 0;         ///< [H, D] float32
+  size_t centroids = 0;     ///< [H, max_clusters, D] float32, unit length (zero if empty)
+  size_t centroids_lp = 0;  ///< [H, max_clusters, D] the centroids in the keys' dtype
+  size_t offsets = 0;       ///< [H, max_clusters + 1] int64: cluster c's tokens at [o_c, o_c+1)
+  size_t sizes = 0;         ///< [H, max_clusters] int32
+  size_t ids = 0;           ///< [H, capacity] int32 token positions in cluster order
+  size_t keys = 0;          ///< [H, capacity, D] the keys in cluster order
+  size_t values = 0;        ///< [H, capacity, value_dim] the values in cluster order
+  size_t value_sums = 0;    ///< [H, max_clusters, value_dim] float32
+  size_t largest = 0;       ///< [1] int32: the largest cluster's size over every head
+  size_t bytes = 0;         ///< the buffer's size
+};
+
+/// An index: the buffer and what it holds. `tokens` and `n_clusters` are set by ivf_build.
+struct IvfIndex {
+  IvfShape shape;
+  void* data = nullptr;    ///< device, ivf_index_size(shape) bytes, 256-byte aligned
+  int64_t tokens = 0;      ///< tokens per head held
+  int64_t n_clusters = 0;  ///< clusters per head held
+};
+
+/// How to build.
+struct IvfBuildParams {
+  int64_t n_clusters = 0;   ///< per head, a multiple of n_segments
+  int64_t n_segments = 1;   ///< contiguous segments per head, each clustered on its own
+  int n_iters = 10;         ///< spherical k-means iterations per segment, >= 0
+  bool global_pass = true;  ///< reassign every token against all of its head's clusters
+};
+
+/// The keys (and values) to build from: row-major [H, S, D] (and [H, S, value_dim]).
+struct IvfInput {
+  const void* keys = nullptr;    ///< device, 16-byte aligned
+  const void* values = nullptr;  ///< device, 16-byte aligned, or null (shape.value_dim 0)
+  int64_t seq = 0;               ///< S: tokens per head
+};
+
+/// The layout of an index of this shape (no device needed).
+CUDAOPS_EXPORT Status ivf_index_size(const IvfShape& shape, IvfLayout* layout);
+
+/// Bytes of workspace ivf_build needs (no device needed).
+CUDAOPS_EXPORT Status ivf_build_workspace_size(const IvfShape& shape, const IvfInput& input,
+                                               const IvfBuildParams& params, size_t* bytes);
+
+/// Builds `index` (whose shape and buffer are set) from `input`, replacing what it held; sets
+/// index->tokens and index->n_clusters. The workspace: ivf_build_workspace_size bytes, 256-byte
+/// aligned, overlapping neither the index nor the input.
+CUDAOPS_EXPORT Status ivf_build(const IvfInput& input, const IvfBuildParams& params,
+                                IvfIndex* index, void* d_workspace, size_t workspace_bytes,
+                                cudaStream_t stream);
+
+}  // namespace cudaops

@@ -1,0 +1,293 @@
+// The IVF index: the public entry points check every argument, lay out the index buffer and the
+// build's workspace, and pick the keys' dtype (ivf_build_<dtype>.cu).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "core/checked.h"
+#include "core/validate.h"
+#include "cudaops/ivf.h"
+#include "ivf/ivf_plan.h"
+
+namespace cudaops {
+namespace detail::ivf {
+namespace {
+
+Status invalid(const char* op, const std::string& text) {
+  return Status(StatusCode::kInvalidArgument, std::string(op) + ": " + text);
+}
+
+/// Pieces of a buffer, each 256-byte aligned; `overflow` once a size does not fit.
+struct Pieces {
+  size_t offset = 0;
+  bool overflow = false;
+  size_t add(std::initializer_list<int64_t> factors) {
+    int64_t bytes = 0;
+    if (!checked_product(factors, &bytes) ||
+        static_cast<uint64_t>(bytes) > std::numeric_limits<uint64_t>::max() / 4 - offset) {
+      overflow = true;
+      return 0;
+    }
+    const size_t at = offset;
+    offset += (static_cast<size_t>(bytes) + 255) / 256 * 256;
+    return at;
+  }
+};
+
+Status check_shape(const char* op, const IvfShape& s) {
+  if (s.dtype != DType::kFloat16 && s.dtype != DType::kBFloat16) {
+    std::ostringstream text;
+    text << op << ": shape.dtype " << dtype_name(s.dtype)
+         << " is not supported; expected float16 or bfloat16";
+    return Status(StatusCode::kUnsupportedDtype, text.str());
+  }
+  if (s.heads < 1) return invalid(op, "shape.heads must be >= 1, got " + std::to_string(s.heads));
+  if (s.dim < 8 || s.dim > kMaxDim || s.dim % 8 != 0) {
+    return invalid(op, "shape.dim must be a multiple of 8 from 8 to " + std::to_string(kMaxDim) +
+                           ", got " + std::to_string(s.dim));
+  }
+  if (s.value_dim < 0 || s.value_dim > kMaxDim || s.value_dim % 8 != 0) {
+    return invalid(op, "shape.value_dim must be 0 or a multiple of 8 up to " +
+                           std::to_string(kMaxDim) + ", got " + std::to_string(s.value_dim));
+  }
+  if (s.capacity < 1 || s.capacity > std::numeric_limits<int32_t>::max()) {
+    return invalid(op,
+                   "shape.capacity must be from 1 to 2^31 - 1, got " + std::to_string(s.capacity));
+  }
+  if (s.max_clusters < 1 || s.max_clusters > kMaxClusters) {
+    return invalid(op, "shape.max_clusters must be from 1 to " + std::to_string(kMaxClusters) +
+                           ", got " + std::to_string(s.max_clusters));
+  }
+  return Status();
+}
+
+Status layout_of(const char* op, const IvfShape& s, IvfLayout* l) {
+  if (Status st = check_shape(op, s); !st.ok()) return st;
+  const int64_t e = 2;  // float16 and bfloat16
+  Pieces p;
+  l->means = p.add({s.heads, s.dim, 4});
+  l->centroids = p.add({s.heads, s.max_clusters, s.dim, 4});
+  l->centroids_lp = p.add({s.heads, s.max_clusters, s.dim, e});
+  l->offsets = p.add({s.heads, s.max_clusters + 1, 8});
+  l->sizes = p.add({s.heads, s.max_clusters, 4});
+  l->ids = p.add({s.heads, s.capacity, 4});
+  l->keys = p.add({s.heads, s.capacity, s.dim, e});
+  l->values = p.add({s.heads, s.capacity, s.value_dim, e});
+  l->value_sums = p.add({s.heads, s.max_clusters, s.value_dim, 4});
+  l->largest = p.add({4});
+  l->bytes = p.offset;
+  if (p.overflow) return invalid(op, "the index's size overflows");
+  return Status();
+}
+
+Status check_params(const char* op, const IvfShape& s, int64_t seq, const IvfBuildParams& params) {
+  if (seq < 1 || seq > s.capacity) {
+    return invalid(op, "input.seq must be from 1 to shape.capacity (" + std::to_string(s.capacity) +
+                           "), got " + std::to_string(seq));
+  }
+  if (params.n_segments < 1 || params.n_segments > seq) {
+    return invalid(op, "params.n_segments must be from 1 to input.seq (" + std::to_string(seq) +
+                           "), got " + std::to_string(params.n_segments));
+  }
+  if (params.n_clusters < 1 || params.n_clusters % params.n_segments != 0) {
+    return invalid(op, "params.n_clusters (" + std::to_string(params.n_clusters) +
+                           ") must be a positive multiple of params.n_segments (" +
+                           std::to_string(params.n_segments) + ")");
+  }
+  if (params.n_clusters > s.max_clusters) {
+    return invalid(op, "params.n_clusters (" + std::to_string(params.n_clusters) +
+                           ") is above shape.max_clusters (" + std::to_string(s.max_clusters) +
+                           ")");
+  }
+  const int64_t per_segment = params.n_clusters / params.n_segments;
+  const int64_t shortest = seq / params.n_segments;
+  if (per_segment > shortest) {
+    return invalid(op, "params.n_clusters / params.n_segments (" + std::to_string(per_segment) +
+                           ") is above the shortest segment's tokens (" + std::to_string(shortest) +
+                           ")");
+  }
+  if (params.n_iters < 0) {
+    return invalid(op, "params.n_iters must be >= 0, got " + std::to_string(params.n_iters));
+  }
+  int64_t rows = 0;
+  if (!checked_mul(s.heads, seq, &rows) || rows > std::numeric_limits<int32_t>::max()) {
+    return invalid(op, "shape.heads * input.seq must be below 2^31");
+  }
+  return Status();
+}
+
+Status build_layout(const char* op, const IvfShape& s, int64_t seq, const IvfBuildParams& params,
+                    BuildLayout* l) {
+  const int64_t problems = s.heads * params.n_segments;  // <= heads * seq, checked
+  Pieces p;
+  l->seg_offsets = p.add({problems + 1, 8});
+  l->seg_means = p.add({problems, s.dim, 4});
+  l->centroids = p.add({s.heads, params.n_clusters, s.dim, 4});
+  l->labels = p.add({s.heads, seq, 4});
+  l->counts = p.add({s.heads, params.n_clusters, 4});
+  l->starts = p.add({s.heads, params.n_clusters, 4});
+  l->perm = p.add({s.heads, seq, 4});
+  if (p.overflow) return invalid(op, "the workspace size overflows");
+  // k-means over the segments, then the global assignment, one after the other in one piece.
+  size_t fit = 0, assign = 0;
+  // Given means take no workspace: the query is that of the same call without them.
+  if (Status st = kmeans_workspace_size(
+          segment_points(s, nullptr, seq, params.n_segments, nullptr),
+          segment_params(params.n_clusters / params.n_segments, params.n_iters, nullptr), &fit);
+      !st.ok()) {
+    return st;
+  }
+  KmeansCentroids centroids;
+  centroids.n_clusters = params.n_clusters;
+  if (Status st = kmeans_assign_workspace_size(head_points(s, nullptr, seq), centroids,
+                                               KmeansMetric::kCosine, &assign);
+      !st.ok()) {
+    return st;
+  }
+  l->kmeans_bytes = std::max(fit, assign);
+  l->kmeans = p.add({static_cast<int64_t>(l->kmeans_bytes)});
+  l->bytes = p.offset;
+  if (p.overflow) return invalid(op, "the workspace size overflows");
+  return Status();
+}
+
+}  // namespace
+
+KmeansPoints segment_points(const IvfShape& shape, const void* keys, int64_t seq,
+                            int64_t n_segments, const int64_t* offsets) {
+  KmeansPoints p;
+  p.data = keys;
+  p.dtype = shape.dtype;
+  p.batch = shape.heads * n_segments;
+  p.n = (seq + n_segments - 1) / n_segments;  // the longest segment
+  p.d = shape.dim;
+  p.ld = shape.dim;
+  // The offsets live on the device; a size query gives any non-null pointer.
+  p.offsets = offsets != nullptr ? offsets : reinterpret_cast<const int64_t*>(alignof(int64_t));
+  return p;
+}
+
+KmeansPoints head_points(const IvfShape& shape, const void* keys, int64_t seq) {
+  KmeansPoints p;
+  p.data = keys;
+  p.dtype = shape.dtype;
+  p.batch = shape.heads;
+  p.n = seq;
+  p.d = shape.dim;
+  p.ld = shape.dim;
+  p.batch_stride = seq * shape.dim;
+  return p;
+}
+
+KmeansParams segment_params(int64_t per_segment, int n_iters, const float* means) {
+  KmeansParams params;
+  params.n_clusters = per_segment;
+  params.n_iters = n_iters;
+  params.metric = KmeansMetric::kCosine;
+  params.init = KmeansInit::kStrided;
+  params.means = means;
+  return params;
+}
+
+}  // namespace detail::ivf
+
+using detail::ivf::BuildCall;
+using detail::ivf::BuildLayout;
+
+Status ivf_index_size(const IvfShape& shape, IvfLayout* layout) {
+  constexpr const char* kOp = "ivf_index_size";
+  if (layout == nullptr) return detail::ivf::invalid(kOp, "layout must not be null");
+  IvfLayout l;
+  if (Status s = detail::ivf::layout_of(kOp, shape, &l); !s.ok()) return s;
+  *layout = l;
+  return Status();
+}
+
+Status ivf_build_workspace_size(const IvfShape& shape, const IvfInput& input,
+                                const IvfBuildParams& params, size_t* bytes) {
+  constexpr const char* kOp = "ivf_build_workspace_size";
+  if (bytes == nullptr) return detail::ivf::invalid(kOp, "bytes must not be null");
+  if (Status s = detail::ivf::check_shape(kOp, shape); !s.ok()) return s;
+  if (Status s = detail::ivf::check_params(kOp, shape, input.seq, params); !s.ok()) return s;
+  BuildLayout l;
+  if (Status s = detail::ivf::build_layout(kOp, shape, input.seq, params, &l); !s.ok()) return s;
+  *bytes = l.bytes;
+  return Status();
+}
+
+Status ivf_build(const IvfInput& input, const IvfBuildParams& params, IvfIndex* index,
+                 void* d_workspace, size_t workspace_bytes, cudaStream_t stream) {
+  constexpr const char* kOp = "ivf_build";
+  if (index == nullptr) return detail::ivf::invalid(kOp, "index must not be null");
+  const IvfShape& shape = index->shape;
+  IvfLayout layout;
+  if (Status s = detail::ivf::layout_of(kOp, shape, &layout); !s.ok()) return s;
+  if (Status s = detail::ivf::check_params(kOp, shape, input.seq, params); !s.ok()) return s;
+  BuildLayout ws;
+  if (Status s = detail::ivf::build_layout(kOp, shape, input.seq, params, &ws); !s.ok()) return s;
+  if (index->data == nullptr) return detail::ivf::invalid(kOp, "index->data must not be null");
+  if (reinterpret_cast<uintptr_t>(index->data) % 256 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_build: index->data must be 256-byte aligned");
+  }
+  if (input.keys == nullptr) return detail::ivf::invalid(kOp, "input.keys must not be null");
+  if (reinterpret_cast<uintptr_t>(input.keys) % 16 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_build: input.keys must be 16-byte aligned");
+  }
+  if ((input.values == nullptr) != (shape.value_dim == 0)) {
+    return detail::ivf::invalid(kOp, shape.value_dim == 0
+                                         ? "input.values must be null: shape.value_dim is 0"
+                                         : "input.values must not be null: shape.value_dim is " +
+                                               std::to_string(shape.value_dim));
+  }
+  if (input.values != nullptr && reinterpret_cast<uintptr_t>(input.values) % 16 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_build: input.values must be 16-byte aligned");
+  }
+  if (workspace_bytes < ws.bytes) {
+    std::ostringstream text;
+    text << kOp << ": workspace_bytes " << workspace_bytes << " is below the " << ws.bytes
+         << " bytes ivf_build_workspace_size gives";
+    return Status(StatusCode::kWorkspaceTooSmall, text.str());
+  }
+  if (d_workspace == nullptr) return detail::ivf::invalid(kOp, "d_workspace must not be null");
+  if (reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_build: d_workspace must be 256-byte aligned");
+  }
+  const size_t key_bytes = static_cast<size_t>(shape.heads * input.seq * shape.dim) * 2;
+  const size_t value_bytes = static_cast<size_t>(shape.heads * input.seq * shape.value_dim) * 2;
+  if (Status s = detail::check_overlaps(
+          kOp, {detail::byte_region("input.keys", input.keys, key_bytes, false),
+                detail::byte_region("input.values", input.values, value_bytes, false),
+                detail::byte_region("index->data", index->data, layout.bytes, true),
+                detail::byte_region("d_workspace", d_workspace, ws.bytes, true)});
+      !s.ok())
+    return s;
+
+  BuildCall call;
+  call.shape = shape;
+  call.index = layout;
+  call.seq = input.seq;
+  call.n_clusters = params.n_clusters;
+  call.n_segments = params.n_segments;
+  call.per_segment = params.n_clusters / params.n_segments;
+  call.n_iters = params.n_iters;
+  call.global_pass = params.global_pass;
+  call.keys = input.keys;
+  call.values = input.values;
+  call.buffer = static_cast<unsigned char*>(index->data);
+  call.workspace = static_cast<unsigned char*>(d_workspace);
+  call.layout = ws;
+  Status s = shape.dtype == DType::kFloat16
+                 ? detail::ivf::launch_build<__half>(call, stream)
+                 : detail::ivf::launch_build<__nv_bfloat16>(call, stream);
+  if (s.ok()) {
+    index->tokens = input.seq;
+    index->n_clusters = params.n_clusters;
+  }
+  return s;
+}
+
+}  // namespace cudaops

@@ -1,0 +1,277 @@
+#pragma once
+
+// The IVF index's build (docs/ivf.md), included by one translation unit per keys' dtype
+// (ivf_build_<dtype>.cu). On the caller's stream:
+//   means:     each head's mean key (a block per head and 32 columns, a fixed order of sums),
+//              copied to every segment of the head, and the segments' row offsets;
+//   k-means:   every (head, segment) on its own, spherical, by offsets, centred by the head's mean
+//              (one batched call);
+//   labels:    the global pass (kmeans_assign against all of the head's clusters), or each
+//              segment's labels moved past the clusters of the segments before it;
+//   grouping:  each head's tokens by cluster, ascending within one (k-means' stable sort);
+//   the index: CSR offsets, sizes and the largest, the centroids (float32 and the keys' dtype),
+//              ids, keys and values copied in cluster order, each cluster's value sum in order.
+#include "core/launch.h"
+#include "ivf/ivf_plan.h"
+#include "kmeans/kmeans_update.cuh"
+
+namespace cudaops::detail::ivf {
+namespace {
+
+using kmeans::Rows;
+using kmeans::rows_of;
+
+constexpr const char* kOp = "ivf_build";
+
+template <typename P>
+P* at(unsigned char* base, size_t offset) {
+  return reinterpret_cast<P*>(base + offset);
+}
+
+inline unsigned blocks_for(int64_t items, int64_t per_block) {
+  const int64_t blocks = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 30));
+}
+
+/// Means of 32 columns of one head: warp w sums rows w, w + 8, ...; the 8 partial sums are added
+/// in order. Written to the index and to each of the head's segments.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    head_means_kernel(const T* keys, int64_t seq, int d, int64_t n_segments, float* means,
+                      float* seg_means) {
+  __shared__ float partial[8][32];
+  const int column_blocks = (d + 31) / 32;
+  const int64_t h = blockIdx.x / column_blocks;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int c = static_cast<int>(blockIdx.x % column_blocks) * 32 + lane;
+  const T* head = keys + h * seq * d;
+  float s = 0.0f;
+  if (c < d) {
+    for (int64_t i = warp; i < seq; i += 8)
+      s += to_float(head[i * d + c]);
+  }
+  partial[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && c < d) {
+    float total = 0.0f;
+    for (int w = 0; w < 8; ++w)
+      total += partial[w][lane];
+    const float mean = total / static_cast<float>(seq);
+    means[h * d + c] = mean;
+    for (int64_t g = 0; g < n_segments; ++g)
+      seg_means[(h * n_segments + g) * d + c] = mean;
+  }
+}
+
+/// Segment g of seq tokens split into n_segments as numpy.array_split splits them: its first.
+__device__ __forceinline__ int64_t segment_begin(int64_t seq, int64_t n_segments, int64_t g) {
+  const int64_t base = seq / n_segments, extra = seq % n_segments;
+  return g * base + min(g, extra);
+}
+
+/// The segments' first rows in the [H * S, D] matrix, and its end.
+__global__ void segment_offsets_kernel(int64_t heads, int64_t seq, int64_t n_segments,
+                                       int64_t* offsets) {
+  const int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t problems = heads * n_segments;
+  if (p < problems) {
+    offsets[p] = (p / n_segments) * seq + segment_begin(seq, n_segments, p % n_segments);
+  } else if (p == problems) {
+    offsets[p] = heads * seq;
+  }
+}
+
+/// Without the global pass: each token's label moved past the clusters of its head's segments
+/// before its own.
+__global__ void segment_labels_kernel(int32_t* labels, int64_t heads, int64_t seq,
+                                      int64_t n_segments, int64_t per_segment) {
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= heads * seq) return;
+  const int64_t t = r % seq;
+  // The segment of token t: the first segments are one longer.
+  const int64_t base = seq / n_segments, extra = seq % n_segments;
+  const int64_t long_tokens = extra * (base + 1);
+  const int64_t g = t < long_tokens ? t / (base + 1) : extra + (t - long_tokens) / base;
+  labels[r] += static_cast<int32_t>(g * per_segment);
+}
+
+/// A warp per (head, cluster slot): CSR offsets and sizes, the largest size, the centroids in
+/// float32 and in T; slots past the clusters are empty (offset seq, zero centroid).
+template <typename T>
+__global__ void __launch_bounds__(256)
+    clusters_kernel(const float* centroids, const int32_t* counts, const int32_t* starts,
+                    int64_t heads, int64_t n_clusters, int64_t max_clusters, int d, int64_t seq,
+                    float* out_centroids, T* out_lp, int64_t* offsets, int32_t* sizes,
+                    int32_t* largest) {
+  const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= heads * max_clusters) return;
+  const int64_t h = item / max_clusters, j = item % max_clusters;
+  const bool held = j < n_clusters;
+  if (lane == 0) {
+    const int32_t count = held ? counts[h * n_clusters + j] : 0;
+    offsets[h * (max_clusters + 1) + j] = held ? starts[h * n_clusters + j] : seq;
+    sizes[item] = count;
+    atomicMax(largest, count);
+    if (j == max_clusters - 1) offsets[h * (max_clusters + 1) + max_clusters] = seq;
+  }
+  for (int e = lane; e < d; e += 32) {
+    const float v = held ? centroids[(h * n_clusters + j) * d + e] : 0.0f;
+    out_centroids[item * d + e] = v;
+    out_lp[item * d + e] = from_float<T>(v);
+  }
+}
+
+/// A warp per (head, place in cluster order): the token's id, key and value copied there, in
+/// 16-byte pieces.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    gather_kernel(const int32_t* perm, const T* keys, const T* values, int64_t heads, int64_t seq,
+                  int64_t capacity, int d, int value_dim, int32_t* ids, T* out_keys,
+                  T* out_values) {
+  const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= heads * seq) return;
+  const int64_t h = item / seq, place = item % seq;
+  const int32_t t = perm[item];
+  const int64_t to = h * capacity + place, from = h * seq + t;
+  if (lane == 0) ids[to] = t;
+  const int key_pieces = d / 8;  // 8 values of 16 bits per piece
+  for (int q = lane; q < key_pieces; q += 32) {
+    reinterpret_cast<uint4*>(out_keys + to * d)[q] =
+        reinterpret_cast<const uint4*>(keys + from * d)[q];
+  }
+  const int value_pieces = value_dim / 8;
+  for (int q = lane; q < value_pieces; q += 32) {
+    reinterpret_cast<uint4*>(out_values + to * value_dim)[q] =
+        reinterpret_cast<const uint4*>(values + from * value_dim)[q];
+  }
+}
+
+/// A warp per (head, cluster slot): the sum of its values in cluster order (float32, one lane
+/// per column, the same order every run); zero for slots past the clusters.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    value_sums_kernel(const T* values, const int32_t* counts, const int32_t* starts, int64_t heads,
+                      int64_t n_clusters, int64_t max_clusters, int64_t capacity, int value_dim,
+                      float* sums) {
+  const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= heads * max_clusters) return;
+  const int64_t h = item / max_clusters, j = item % max_clusters;
+  const int64_t first = j < n_clusters ? starts[h * n_clusters + j] : 0;
+  const int64_t count = j < n_clusters ? counts[h * n_clusters + j] : 0;
+  for (int e = lane; e < value_dim; e += 32) {
+    float s = 0.0f;
+    for (int64_t r = 0; r < count; ++r)
+      s += to_float(values[(h * capacity + first + r) * value_dim + e]);
+    sums[item * value_dim + e] = s;
+  }
+}
+
+Status launched(cudaStream_t stream) {
+  return check_launch(kOp, stream);
+}
+
+}  // namespace
+
+template <typename T>
+Status launch_build(const BuildCall& call, cudaStream_t stream) {
+  const IvfShape& s = call.shape;
+  const BuildLayout& w = call.layout;
+  unsigned char* ws = call.workspace;
+  unsigned char* ix = call.buffer;
+  const int d = static_cast<int>(s.dim);
+  const int64_t problems = s.heads * call.n_segments;
+  int64_t* seg_offsets = at<int64_t>(ws, w.seg_offsets);
+  float* seg_means = at<float>(ws, w.seg_means);
+  float* centroids = at<float>(ws, w.centroids);
+  int32_t* labels = at<int32_t>(ws, w.labels);
+  int32_t* counts = at<int32_t>(ws, w.counts);
+  int32_t* starts = at<int32_t>(ws, w.starts);
+  int32_t* perm = at<int32_t>(ws, w.perm);
+  float* means = at<float>(ix, call.index.means);
+  const T* keys = static_cast<const T*>(call.keys);
+
+  const int column_blocks = (d + 31) / 32;
+  head_means_kernel<T><<<static_cast<unsigned>(s.heads * column_blocks), 256, 0, stream>>>(
+      keys, call.seq, d, call.n_segments, means, seg_means);
+  if (Status st = launched(stream); !st.ok()) return st;
+  segment_offsets_kernel<<<blocks_for(problems + 1, 256), 256, 0, stream>>>(
+      s.heads, call.seq, call.n_segments, seg_offsets);
+  if (Status st = launched(stream); !st.ok()) return st;
+
+  // Every segment of every head in one k-means call.
+  KmeansResult fit;
+  fit.centroids = centroids;  // [H * n_segments, per_segment, D] = [H, C, D]
+  fit.labels = labels;        // one per row of [H * S, D]
+  if (Status st = cudaops::kmeans(segment_points(s, keys, call.seq, call.n_segments, seg_offsets),
+                                  segment_params(call.per_segment, call.n_iters, seg_means), fit,
+                                  ws + w.kmeans, w.kmeans_bytes, stream);
+      !st.ok()) {
+    return st;
+  }
+  if (call.global_pass) {
+    KmeansCentroids all;
+    all.data = centroids;
+    all.dtype = DType::kFloat32;
+    all.n_clusters = call.n_clusters;
+    all.means = means;
+    if (Status st =
+            cudaops::kmeans_assign(head_points(s, keys, call.seq), all, KmeansMetric::kCosine,
+                                   labels, nullptr, ws + w.kmeans, w.kmeans_bytes, stream);
+        !st.ok()) {
+      return st;
+    }
+  } else if (call.n_segments > 1) {
+    segment_labels_kernel<<<blocks_for(s.heads * call.seq, 256), 256, 0, stream>>>(
+        labels, s.heads, call.seq, call.n_segments, call.per_segment);
+    if (Status st = launched(stream); !st.ok()) return st;
+  }
+
+  // Each head's tokens by cluster, ascending within one.
+  const KmeansPoints heads = head_points(s, keys, call.seq);
+  const auto sort = kmeans::sort_kernel<T>;
+  const size_t smem = static_cast<size_t>(call.n_clusters) * sizeof(int32_t);
+  if (smem > 48 * 1024) {
+    if (const cudaError_t e = cudaFuncSetAttribute(
+            sort, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        e != cudaSuccess) {
+      return cuda_status(e, kOp, "setting the shared-memory size");
+    }
+  }
+  sort<<<static_cast<unsigned>(s.heads), kmeans::kSortThreads, smem, stream>>>(
+      rows_of<T>(heads), labels, call.n_clusters, kmeans::sort_bits(call.n_clusters), counts,
+      starts, perm);
+  if (Status st = launched(stream); !st.ok()) return st;
+
+  int32_t* largest = at<int32_t>(ix, call.index.largest);
+  if (const cudaError_t e = cudaMemsetAsync(largest, 0, sizeof(int32_t), stream);
+      e != cudaSuccess) {
+    return cuda_status(e, kOp, "clearing the largest cluster's size");
+  }
+  const int64_t slots = s.heads * s.max_clusters;
+  clusters_kernel<T><<<blocks_for(slots, 8), 256, 0, stream>>>(
+      centroids, counts, starts, s.heads, call.n_clusters, s.max_clusters, d, call.seq,
+      at<float>(ix, call.index.centroids), at<T>(ix, call.index.centroids_lp),
+      at<int64_t>(ix, call.index.offsets), at<int32_t>(ix, call.index.sizes), largest);
+  if (Status st = launched(stream); !st.ok()) return st;
+  T* out_values = s.value_dim > 0 ? at<T>(ix, call.index.values) : nullptr;
+  gather_kernel<T><<<blocks_for(s.heads * call.seq, 8), 256, 0, stream>>>(
+      perm, keys, static_cast<const T*>(call.values), s.heads, call.seq, s.capacity, d,
+      static_cast<int>(s.value_dim), at<int32_t>(ix, call.index.ids), at<T>(ix, call.index.keys),
+      out_values);
+  if (Status st = launched(stream); !st.ok()) return st;
+  if (s.value_dim > 0) {
+    value_sums_kernel<T><<<blocks_for(slots, 8), 256, 0, stream>>>(
+        out_values, counts, starts, s.heads, call.n_clusters, s.max_clusters, s.capacity,
+        static_cast<int>(s.value_dim), at<float>(ix, call.index.value_sums));
+    if (Status st = launched(stream); !st.ok()) return st;
+  }
+  return Status();
+}
+
+#define CUDAOPS_IVF_INSTANTIATE(T) \
+  template Status launch_build<T>(const BuildCall& call, cudaStream_t stream);
+
+}  // namespace cudaops::detail::ivf

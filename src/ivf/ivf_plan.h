@@ -1,0 +1,63 @@
+#pragma once
+
+// The IVF index over attention KV caches: how a build is laid out (host only, so that the sizes
+// need no device) and the typed launch entry point, built one dtype per translation unit
+// (ivf_build_<dtype>.cu).
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cudaops/ivf.h"
+#include "cudaops/kmeans.h"
+#include "cudaops/status.h"
+
+namespace cudaops::detail::ivf {
+
+/// Most clusters per head (k-means' largest problem).
+inline constexpr int64_t kMaxClusters = 32768;
+/// Most dimensions of keys and values.
+inline constexpr int64_t kMaxDim = 512;
+
+/// The workspace of a build, every piece 256-byte aligned (byte offsets).
+struct BuildLayout {
+  size_t seg_offsets = 0;  // [H * n_segments + 1] int64: each segment's first row of [H * S, D]
+  size_t seg_means = 0;    // [H * n_segments, D] float32: its head's mean
+  size_t centroids = 0;    // [H, C, D] float32: the segments' centroids, head by head
+  size_t labels = 0;       // [H * S] int32
+  size_t counts = 0;       // [H, C] int32
+  size_t starts = 0;       // [H, C] int32
+  size_t perm = 0;         // [H, S] int32: each head's tokens in cluster order
+  size_t kmeans = 0;       // k-means' workspace, then kmeans_assign's
+  size_t kmeans_bytes = 0;
+  size_t bytes = 0;
+};
+
+/// Everything a typed build needs, every size checked.
+struct BuildCall {
+  IvfShape shape;
+  IvfLayout index;  // of shape
+  int64_t seq = 0;
+  int64_t n_clusters = 0;  // C, per head
+  int64_t n_segments = 0;
+  int64_t per_segment = 0;  // C / n_segments
+  int n_iters = 0;
+  bool global_pass = true;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  unsigned char* buffer = nullptr;  // the index's
+  unsigned char* workspace = nullptr;
+  BuildLayout layout;
+};
+
+/// The k-means points of the segments: rows of [H * S, D] by offsets.
+KmeansPoints segment_points(const IvfShape& shape, const void* keys, int64_t seq,
+                            int64_t n_segments, const int64_t* offsets);
+/// The keys as a strided batch of H problems of S rows.
+KmeansPoints head_points(const IvfShape& shape, const void* keys, int64_t seq);
+KmeansParams segment_params(int64_t per_segment, int n_iters, const float* means);
+
+template <typename T>
+Status launch_build(const BuildCall& call, cudaStream_t stream);
+
+}  // namespace cudaops::detail::ivf

@@ -1,0 +1,369 @@
+// The IVF index's build on the device: per-head means against the double-precision reference;
+// the CSR layout (every token of a head in exactly one cluster, ascending within one, offsets and
+// sizes consistent, empty slots past the clusters); ids, keys and values copied in cluster order
+// bit for bit; value sums; unit centroids and their rounded copy; with the global pass each token
+// in the cluster of its largest inner product among the returned centroids (but at near ties),
+// without it in one of its own segment's clusters; the same bits on another stream.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <vector>
+
+#include "cudaops/ivf.h"
+#include "harness/device_buffer.h"
+#include "reference/host_array.h"
+#include "reference/ivf.h"
+#include "reference/kmeans.h"
+
+namespace cudaops {
+namespace {
+
+using harness::DeviceBuffer;
+using ref::HostArray;
+
+bool HasTensorCores() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major >= 8;
+}
+
+struct Case {
+  DType dtype = DType::kFloat16;
+  int64_t heads = 1, seq = 0, dim = 0, value_dim = 0, clusters = 0, segments = 1;
+  int64_t capacity = 0, max_clusters = 0;  // 0: seq, clusters
+  bool global_pass = true;
+  int n_iters = 4;
+};
+
+std::ostream& operator<<(std::ostream& os, const Case& c) {
+  return os << dtype_name(c.dtype) << " H=" << c.heads << " S=" << c.seq << " D=" << c.dim
+            << " Dv=" << c.value_dim << " C=" << c.clusters << " segments=" << c.segments
+            << " capacity=" << c.capacity << " max_clusters=" << c.max_clusters
+            << (c.global_pass ? " global" : "");
+}
+
+/// Keys around a few directions per head plus a large common offset (as attention keys have).
+HostArray Keys(const Case& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  HostArray x(c.dtype, c.heads * c.seq * c.dim);
+  for (int64_t h = 0; h < c.heads; ++h) {
+    std::vector<double> offset(static_cast<size_t>(c.dim)), dirs(static_cast<size_t>(8 * c.dim));
+    for (double& v : offset)
+      v = 2.0 + 0.5 * normal(rng);
+    for (double& v : dirs)
+      v = normal(rng);
+    for (int64_t t = 0; t < c.seq; ++t) {
+      const int64_t which = static_cast<int64_t>(rng() % 8);
+      for (int64_t e = 0; e < c.dim; ++e) {
+        x.set((h * c.seq + t) * c.dim + e, offset[e] + dirs[which * c.dim + e] + 0.3 * normal(rng));
+      }
+    }
+  }
+  return x;
+}
+
+HostArray Values(const Case& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  HostArray v(c.dtype, std::max<int64_t>(c.heads * c.seq * c.value_dim, 1));
+  for (int64_t i = 0; i < c.heads * c.seq * c.value_dim; ++i)
+    v.set(i, normal(rng));
+  return v;
+}
+
+template <typename T>
+std::vector<T> Copy(const void* device, int64_t count) {
+  std::vector<T> host(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  EXPECT_EQ(cudaMemcpy(host.data(), device, host.size() * sizeof(T), cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return host;
+}
+
+struct Built {
+  std::vector<float> means, centroids, value_sums;
+  std::vector<int64_t> offsets;
+  std::vector<int32_t> sizes, ids, largest;
+  std::vector<unsigned char> centroids_lp, keys, values;
+};
+
+::testing::AssertionResult BuildOn(const Case& c, const HostArray& keys, const HostArray& values,
+                                   cudaStream_t stream, Built* out) {
+  IvfIndex index;
+  index.shape.heads = c.heads;
+  index.shape.dim = c.dim;
+  index.shape.value_dim = c.value_dim;
+  index.shape.capacity = c.capacity > 0 ? c.capacity : c.seq;
+  index.shape.max_clusters = c.max_clusters > 0 ? c.max_clusters : c.clusters;
+  index.shape.dtype = c.dtype;
+  IvfLayout layout;
+  if (Status s = ivf_index_size(index.shape, &layout); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  DeviceBuffer buffer, d_keys, d_values, workspace;
+  IvfInput input;
+  input.seq = c.seq;
+  IvfBuildParams params;
+  params.n_clusters = c.clusters;
+  params.n_segments = c.segments;
+  params.n_iters = c.n_iters;
+  params.global_pass = c.global_pass;
+  size_t bytes = 0;
+  if (Status s = ivf_build_workspace_size(index.shape, input, params, &bytes); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (!buffer.allocate(static_cast<int64_t>(layout.bytes)).ok() ||
+      !d_keys.allocate(keys.size_bytes()).ok() || !d_values.allocate(values.size_bytes()).ok() ||
+      !workspace.allocate(static_cast<int64_t>(bytes)).ok()) {
+    return ::testing::AssertionFailure() << "allocation";
+  }
+  cudaMemcpy(d_keys.get(), keys.data(), static_cast<size_t>(keys.size_bytes()),
+             cudaMemcpyHostToDevice);
+  cudaMemcpy(d_values.get(), values.data(), static_cast<size_t>(values.size_bytes()),
+             cudaMemcpyHostToDevice);
+  cudaMemset(buffer.get(), 0xff, layout.bytes);  // poisoned: everything read back is written
+  cudaMemset(workspace.get(), 0xff, bytes);
+  index.data = buffer.get();
+  input.keys = d_keys.get();
+  input.values = c.value_dim > 0 ? d_values.get() : nullptr;
+  if (Status s = ivf_build(input, params, &index, workspace.get(), bytes, stream); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (cudaStreamSynchronize(stream) != cudaSuccess) {
+    return ::testing::AssertionFailure() << cudaGetErrorString(cudaGetLastError());
+  }
+  if (index.tokens != c.seq || index.n_clusters != c.clusters) {
+    return ::testing::AssertionFailure() << "index.tokens / n_clusters not set";
+  }
+  const IvfShape& s = index.shape;
+  auto* base = static_cast<unsigned char*>(buffer.get());
+  const int64_t h = s.heads, cm = s.max_clusters, n = s.capacity;
+  out->means = Copy<float>(base + layout.means, h * s.dim);
+  out->centroids = Copy<float>(base + layout.centroids, h * cm * s.dim);
+  out->centroids_lp = Copy<unsigned char>(base + layout.centroids_lp, h * cm * s.dim * 2);
+  out->offsets = Copy<int64_t>(base + layout.offsets, h * (cm + 1));
+  out->sizes = Copy<int32_t>(base + layout.sizes, h * cm);
+  out->ids = Copy<int32_t>(base + layout.ids, h * n);
+  out->keys = Copy<unsigned char>(base + layout.keys, h * n * s.dim * 2);
+  out->values = Copy<unsigned char>(base + layout.values, h * n * s.value_dim * 2);
+  out->value_sums = Copy<float>(base + layout.value_sums, h * cm * s.value_dim);
+  out->largest = Copy<int32_t>(base + layout.largest, 1);
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult CheckBuild(const Case& c) {
+  const HostArray keys = Keys(c, static_cast<uint64_t>(c.seq * 31 + c.dim));
+  const HostArray values = Values(c, 77);
+  Built got;
+  if (auto r = BuildOn(c, keys, values, nullptr, &got); !r) return r;
+  const int64_t cm = c.max_clusters > 0 ? c.max_clusters : c.clusters;
+  const int64_t cap = c.capacity > 0 ? c.capacity : c.seq;
+  const int64_t d = c.dim, dv = c.value_dim, per = c.clusters / c.segments;
+
+  ref::IvfShape shape;
+  shape.heads = c.heads;
+  shape.seq = c.seq;
+  shape.dim = d;
+  shape.clusters = c.clusters;
+  shape.segments = c.segments;
+  shape.n_iters = 0;  // only its means are compared
+  const ref::IvfIndexReference want = ref::ivf_build(keys, shape);
+  int32_t largest = 0;
+  for (int64_t h = 0; h < c.heads; ++h) {
+    for (int64_t e = 0; e < d; ++e) {
+      const double m = want.means[h * d + e];
+      if (!(std::abs(got.means[h * d + e] - m) <= 1e-5 * (1 + std::abs(m)))) {
+        return ::testing::AssertionFailure() << "head " << h << " mean " << e << ": "
+                                             << got.means[h * d + e] << ", reference " << m;
+      }
+    }
+    // CSR: ranges cover [0, S) in order; slots past the clusters empty.
+    const int64_t* off = &got.offsets[h * (cm + 1)];
+    if (off[0] != 0 || off[cm] != c.seq) {
+      return ::testing::AssertionFailure()
+             << "head " << h << ": offsets from " << off[0] << " to " << off[cm];
+    }
+    std::vector<int32_t> label(static_cast<size_t>(c.seq), -1);
+    for (int64_t j = 0; j < cm; ++j) {
+      const int64_t size = off[j + 1] - off[j];
+      if (size < 0 || got.sizes[h * cm + j] != size || (j >= c.clusters && size != 0)) {
+        return ::testing::AssertionFailure()
+               << "head " << h << " cluster " << j << ": range " << off[j] << ".." << off[j + 1]
+               << ", size " << got.sizes[h * cm + j];
+      }
+      largest = std::max<int32_t>(largest, static_cast<int32_t>(size));
+      double norm = 0;
+      for (int64_t e = 0; e < d; ++e) {
+        const float v = got.centroids[(h * cm + j) * d + e];
+        norm += static_cast<double>(v) * v;
+        HostArray lp(c.dtype, 1);
+        lp.set(0, v);
+        if (std::memcmp(lp.data(), &got.centroids_lp[((h * cm + j) * d + e) * 2], 2) != 0) {
+          return ::testing::AssertionFailure()
+                 << "head " << h << " centroid " << j << ": its rounded copy differs at " << e;
+        }
+      }
+      if (j >= c.clusters ? norm != 0 : !(std::abs(norm - 1) < 1e-4 || norm == 0)) {
+        return ::testing::AssertionFailure()
+               << "head " << h << " centroid " << j << ": |c|^2 = " << norm;
+      }
+      int64_t previous = -1;
+      std::vector<double> sum(static_cast<size_t>(dv), 0.0);
+      for (int64_t p = off[j]; p < off[j + 1]; ++p) {
+        const int32_t t = got.ids[h * cap + p];
+        if (t <= previous || t >= c.seq || label[t] != -1) {
+          return ::testing::AssertionFailure()
+                 << "head " << h << " cluster " << j << ": id " << t << " after " << previous;
+        }
+        previous = t;
+        label[t] = static_cast<int32_t>(j);
+        if (std::memcmp(&got.keys[(h * cap + p) * d * 2],
+                        static_cast<const unsigned char*>(keys.data()) + (h * c.seq + t) * d * 2,
+                        static_cast<size_t>(d * 2)) != 0) {
+          return ::testing::AssertionFailure()
+                 << "head " << h << " place " << p << ": key of " << t << " not copied";
+        }
+        if (dv > 0 &&
+            std::memcmp(&got.values[(h * cap + p) * dv * 2],
+                        static_cast<const unsigned char*>(values.data()) + (h * c.seq + t) * dv * 2,
+                        static_cast<size_t>(dv * 2)) != 0) {
+          return ::testing::AssertionFailure()
+                 << "head " << h << " place " << p << ": value of " << t << " not copied";
+        }
+        for (int64_t e = 0; e < dv; ++e)
+          sum[e] += values.get((h * c.seq + t) * dv + e);
+      }
+      for (int64_t e = 0; e < dv; ++e) {
+        const double g = got.value_sums[(h * cm + j) * dv + e];
+        const double tol = 1e-5 * (1 + static_cast<double>(off[j + 1] - off[j]));
+        if (!(std::abs(g - sum[e]) <= tol)) {
+          return ::testing::AssertionFailure() << "head " << h << " cluster " << j << " value sum "
+                                               << e << ": " << g << ", " << sum[e];
+        }
+      }
+    }
+    // Each token's cluster: the largest inner product among the returned centroids (global
+    // pass), or one of its segment's.
+    std::vector<double> centroids(static_cast<size_t>(c.clusters * d));
+    for (int64_t j = 0; j < c.clusters; ++j) {
+      for (int64_t e = 0; e < d; ++e)
+        centroids[j * d + e] = got.centroids[(h * cm + j) * d + e];
+    }
+    ref::KmeansLayout one;
+    one.batch = 1;
+    one.n = c.seq;
+    one.d = d;
+    one.ld = d;
+    one.batch_stride = c.seq * d;
+    HostArray head(c.dtype, c.seq * d);
+    std::memcpy(head.data(), static_cast<const unsigned char*>(keys.data()) + h * c.seq * d * 2,
+                static_cast<size_t>(c.seq * d * 2));
+    const std::vector<double> mean(got.means.begin() + h * d, got.means.begin() + (h + 1) * d);
+    const ref::KmeansReference nearest =
+        ref::kmeans_assign(head, one, centroids, c.clusters, mean, KmeansMetric::kCosine);
+    const double eps = c.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+    for (int64_t t = 0; t < c.seq; ++t) {
+      if (label[t] < 0) {
+        return ::testing::AssertionFailure() << "head " << h << ": token " << t << " in no cluster";
+      }
+      if (c.global_pass) {
+        if (label[t] != nearest.labels[t] && nearest.margins[t] > 32 * eps) {
+          return ::testing::AssertionFailure()
+                 << "head " << h << " token " << t << ": cluster " << label[t] << ", nearest "
+                 << nearest.labels[t] << " (margin " << nearest.margins[t] << ")";
+        }
+      } else {
+        int64_t begin = 0, end = 0, g = 0;
+        for (; g < c.segments; ++g) {
+          ref::ivf_segment(c.seq, c.segments, g, &begin, &end);
+          if (t < end) break;
+        }
+        if (label[t] < g * per || label[t] >= (g + 1) * per) {
+          return ::testing::AssertionFailure() << "head " << h << " token " << t << " (segment "
+                                               << g << "): cluster " << label[t];
+        }
+      }
+    }
+  }
+  if (got.largest[0] != largest) {
+    return ::testing::AssertionFailure()
+           << "largest " << got.largest[0] << ", sizes say " << largest;
+  }
+  // The same bits on another stream.
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    return ::testing::AssertionFailure() << "stream";
+  }
+  Built again;
+  auto r = BuildOn(c, keys, values, stream, &again);
+  cudaStreamDestroy(stream);
+  if (!r) return r;
+  if (again.offsets != got.offsets || again.ids != got.ids || again.centroids != got.centroids ||
+      again.value_sums != got.value_sums) {
+    return ::testing::AssertionFailure() << "another run differs";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class IvfBuildCases : public ::testing::TestWithParam<Case> {};
+
+TEST_P(IvfBuildCases, Layout) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
+  EXPECT_TRUE(CheckBuild(GetParam()));
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (bool global : {true, false}) {
+      Case c;
+      c.dtype = dtype;
+      c.global_pass = global;
+      c.heads = 3;
+      c.seq = 1000;  // segments of 334, 333, 333
+      c.dim = 64;
+      c.value_dim = 32;
+      c.clusters = 24;
+      c.segments = 3;
+      c.capacity = 1100;
+      c.max_clusters = 30;
+      cases.push_back(c);
+    }
+    Case wide;
+    wide.dtype = dtype;
+    wide.heads = 2;
+    wide.seq = 4099;
+    wide.dim = 128;
+    wide.clusters = 64;
+    wide.segments = 4;
+    cases.push_back(wide);
+    Case odd;
+    odd.dtype = dtype;
+    odd.heads = 1;
+    odd.seq = 7;
+    odd.dim = 96;
+    odd.value_dim = 256;
+    odd.clusters = 2;
+    odd.segments = 2;
+    cases.push_back(odd);
+    Case one;
+    one.dtype = dtype;
+    one.seq = 1;
+    one.dim = 256;
+    one.value_dim = 8;
+    one.clusters = 1;
+    cases.push_back(one);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, IvfBuildCases, ::testing::ValuesIn(Cases()));
+
+}  // namespace
+}  // namespace cudaops

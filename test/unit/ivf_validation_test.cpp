@@ -1,0 +1,169 @@
+// The IVF index's layout and argument validation (no GPU: CUDA_VISIBLE_DEVICES=-1, so a check
+// that reached the device would report a CUDA error instead of the status expected here).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "cudaops/ivf.h"
+#include "status_assertions.h"
+
+namespace cudaops {
+namespace {
+
+using testing::FailsWith;
+using testing::fake;
+
+IvfShape Shape() {
+  IvfShape s;
+  s.heads = 4;
+  s.dim = 128;
+  s.value_dim = 64;
+  s.capacity = 5000;
+  s.max_clusters = 96;
+  return s;
+}
+
+TEST(IvfLayout, ArraysAlignedApartAndSized) {
+  const IvfShape s = Shape();
+  IvfLayout l;
+  ASSERT_TRUE(ivf_index_size(s, &l).ok());
+  const int64_t h = s.heads, c = s.max_clusters, d = s.dim, v = s.value_dim, n = s.capacity;
+  const std::vector<std::pair<size_t, int64_t>> arrays = {{l.means, h * d * 4},
+                                                          {l.centroids, h * c * d * 4},
+                                                          {l.centroids_lp, h * c * d * 2},
+                                                          {l.offsets, h * (c + 1) * 8},
+                                                          {l.sizes, h * c * 4},
+                                                          {l.ids, h * n * 4},
+                                                          {l.keys, h * n * d * 2},
+                                                          {l.values, h * n * v * 2},
+                                                          {l.value_sums, h * c * v * 4},
+                                                          {l.largest, 4}};
+  std::vector<std::pair<size_t, size_t>> spans;
+  for (const auto& [offset, bytes] : arrays) {
+    EXPECT_EQ(offset % 256, 0u);
+    EXPECT_LE(offset + static_cast<size_t>(bytes), l.bytes);
+    spans.emplace_back(offset, offset + static_cast<size_t>(bytes));
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i)
+    EXPECT_LE(spans[i - 1].second, spans[i].first);
+  // Without values: no bytes for them.
+  IvfShape keys_only = s;
+  keys_only.value_dim = 0;
+  IvfLayout k;
+  ASSERT_TRUE(ivf_index_size(keys_only, &k).ok());
+  EXPECT_LT(k.bytes + static_cast<size_t>(h * n * v * 2), l.bytes + 1024);
+}
+
+TEST(IvfLayout, RefusesBadShapes) {
+  IvfLayout l;
+  IvfShape s = Shape();
+  s.dtype = DType::kFloat32;
+  EXPECT_TRUE(FailsWith(ivf_index_size(s, &l), StatusCode::kUnsupportedDtype,
+                        {"ivf_index_size", "shape.dtype", "float32"}));
+  s = Shape();
+  s.dim = 100;
+  EXPECT_TRUE(FailsWith(ivf_index_size(s, &l), StatusCode::kInvalidArgument,
+                        {"shape.dim", "multiple of 8", "100"}));
+  s = Shape();
+  s.heads = 0;
+  EXPECT_TRUE(
+      FailsWith(ivf_index_size(s, &l), StatusCode::kInvalidArgument, {"shape.heads", ">= 1"}));
+  s = Shape();
+  s.max_clusters = 40000;
+  EXPECT_TRUE(
+      FailsWith(ivf_index_size(s, &l), StatusCode::kInvalidArgument, {"shape.max_clusters"}));
+  s = Shape();
+  s.capacity = int64_t{1} << 31;
+  EXPECT_TRUE(FailsWith(ivf_index_size(s, &l), StatusCode::kInvalidArgument, {"shape.capacity"}));
+  s = Shape();
+  s.heads = int64_t{1} << 40;
+  s.capacity = int64_t{1} << 30;
+  EXPECT_TRUE(FailsWith(ivf_index_size(s, &l), StatusCode::kInvalidArgument, {"overflows"}));
+  EXPECT_TRUE(
+      FailsWith(ivf_index_size(Shape(), nullptr), StatusCode::kInvalidArgument, {"layout"}));
+}
+
+struct Build {
+  IvfIndex index;
+  IvfInput input;
+  IvfBuildParams params;
+  size_t bytes = 0;
+  Build() {
+    index.shape = Shape();
+    index.data = fake(0x10000000);
+    input.keys = fake(0x40000000);
+    input.values = fake(0x50000000);
+    input.seq = 4096;
+    params.n_clusters = 64;
+    params.n_segments = 4;
+  }
+  Status run() {
+    size_t need = 0;
+    if (Status s = ivf_build_workspace_size(index.shape, input, params, &need); !s.ok()) return s;
+    return ivf_build(input, params, &index, fake(0x60000000), bytes > 0 ? bytes : need, nullptr);
+  }
+};
+
+TEST(IvfBuildValidation, Parameters) {
+  Build b;
+  b.params.n_clusters = 66;
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kInvalidArgument,
+                        {"ivf_build_workspace_size", "n_clusters (66)", "n_segments (4)"}));
+  b = Build();
+  b.params.n_clusters = 128;
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kInvalidArgument, {"shape.max_clusters (96)"}));
+  b = Build();
+  b.params.n_segments = 0;
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kInvalidArgument, {"params.n_segments"}));
+  b = Build();
+  b.input.seq = 5001;
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kInvalidArgument, {"input.seq", "5000"}));
+  b = Build();
+  b.input.seq = 60;  // 15 tokens per segment, 16 clusters each
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kInvalidArgument, {"shortest segment", "(15)"}));
+  b = Build();
+  b.params.n_iters = -2;
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kInvalidArgument, {"params.n_iters"}));
+}
+
+TEST(IvfBuildValidation, Memory) {
+  Build b;
+  b.input.values = nullptr;
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kInvalidArgument, {"ivf_build", "input.values"}));
+  b = Build();
+  b.index.shape.value_dim = 0;
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kInvalidArgument, {"input.values must be null"}));
+  b = Build();
+  b.input.keys = fake(0x40000008);
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kMisaligned, {"input.keys", "16-byte"}));
+  b = Build();
+  b.index.data = fake(0x10000040);
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kMisaligned, {"index->data", "256-byte"}));
+  b = Build();
+  b.bytes = 256;
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kWorkspaceTooSmall, {"ivf_build", "workspace_bytes"}));
+  b = Build();
+  b.input.keys = fake(0x10000000 + 4096);  // inside the index
+  EXPECT_TRUE(FailsWith(b.run(), StatusCode::kInvalidArgument, {"input.keys", "index->data"}));
+  b = Build();
+  EXPECT_TRUE(FailsWith(ivf_build(b.input, b.params, nullptr, fake(0x60000000), 1 << 30, nullptr),
+                        StatusCode::kInvalidArgument, {"index must not be null"}));
+}
+
+TEST(IvfBuildValidation, WorkspaceQueryNeedsNoDevice) {
+  Build b;
+  size_t bytes = 0;
+  ASSERT_TRUE(ivf_build_workspace_size(b.index.shape, b.input, b.params, &bytes).ok());
+  EXPECT_GT(bytes, static_cast<size_t>(4 * 4096 * 4 * 2));  // labels and the sorted order at least
+  b.params.global_pass = false;
+  size_t without = 0;
+  ASSERT_TRUE(ivf_build_workspace_size(b.index.shape, b.input, b.params, &without).ok());
+  EXPECT_EQ(without, bytes);
+}
+
+}  // namespace
+}  // namespace cudaops
