@@ -92,4 +92,38 @@ CUDAOPS_EXPORT Status ivf_build(const IvfInput& input, const IvfBuildParams& par
                                 IvfIndex* index, void* d_workspace, size_t workspace_bytes,
                                 cudaStream_t stream);
 
+// Search: query head g reads kv head g / (Hq / H) (grouped-query attention). Each query scores
+// the head's centroids (q . c, float32; empty clusters never probed), takes the n_probe best
+// (ties to the lower cluster), scores every token of those clusters exactly (q . k with the keys,
+// float32 accumulation) and returns the k best, best first; ties between tokens go to the cluster
+// probed first, then to the lower position. With fewer than k candidates the rest is (-inf, -1).
+// Probing every cluster gives the exact top k.
+
+/// How to search.
+struct IvfSearchParams {
+  int64_t k = 0;        ///< tokens per query, 1 to min(max_candidates, kTopkMaxK)
+  int64_t n_probe = 0;  ///< clusters per query, 1 to the index's n_clusters
+  /// Candidates kept per query (the workspace holds this many scores per query); 0: the index's
+  /// tokens per head, which no probe exceeds. A smaller bound (n_probe times the largest cluster,
+  /// which the index keeps) saves memory and time; candidates past it are dropped.
+  int64_t max_candidates = 0;
+};
+
+/// Queries [Hq, Q, D] in the index's dtype, row-major, 16-byte aligned; Hq a multiple of H.
+struct IvfQueries {
+  const void* data = nullptr;
+  int64_t q_heads = 0;
+  int64_t n_queries = 0;
+};
+
+/// Bytes of workspace ivf_search needs (no device needed).
+CUDAOPS_EXPORT Status ivf_search_workspace_size(const IvfIndex& index, const IvfQueries& queries,
+                                                const IvfSearchParams& params, size_t* bytes);
+
+/// The k best tokens of each query: scores [Hq, Q, k] float32 and ids [Hq, Q, k] int64 token
+/// positions. The workspace: ivf_search_workspace_size bytes, 256-byte aligned.
+CUDAOPS_EXPORT Status ivf_search(const IvfIndex& index, const IvfQueries& queries,
+                                 const IvfSearchParams& params, float* d_scores, int64_t* d_ids,
+                                 void* d_workspace, size_t workspace_bytes, cudaStream_t stream);
+
 }  // namespace cudaops

@@ -11,6 +11,7 @@
 #include "core/checked.h"
 #include "core/validate.h"
 #include "cudaops/ivf.h"
+#include "cudaops/topk.h"
 #include "ivf/ivf_plan.h"
 
 namespace cudaops {
@@ -155,6 +156,75 @@ Status build_layout(const char* op, const IvfShape& s, int64_t seq, const IvfBui
   return Status();
 }
 
+/// The search's sizes: every argument but the memory checked, the workspace laid out.
+Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
+                     const IvfSearchParams& params, int64_t* max_candidates, SearchLayout* l) {
+  const IvfShape& s = index.shape;
+  IvfLayout layout;
+  if (Status st = layout_of(op, s, &layout); !st.ok()) return st;
+  if (index.tokens < 1 || index.tokens > s.capacity || index.n_clusters < 1 ||
+      index.n_clusters > s.max_clusters) {
+    return invalid(op, "index holds " + std::to_string(index.tokens) + " tokens in " +
+                           std::to_string(index.n_clusters) +
+                           " clusters per head; expected a built index");
+  }
+  if (queries.q_heads < 1 || queries.q_heads % s.heads != 0) {
+    return invalid(op, "queries.q_heads (" + std::to_string(queries.q_heads) +
+                           ") must be a positive multiple of the index's heads (" +
+                           std::to_string(s.heads) + ")");
+  }
+  if (Status st = check_count(op, "queries.n_queries", queries.n_queries); !st.ok()) return st;
+  int64_t rows = 0;
+  if (!checked_mul(queries.q_heads, queries.n_queries, &rows) ||
+      rows > std::numeric_limits<int32_t>::max()) {
+    return invalid(op, "queries.q_heads * queries.n_queries must be below 2^31");
+  }
+  if (params.n_probe < 1 || params.n_probe > index.n_clusters || params.n_probe > kTopkMaxK) {
+    return invalid(op, "params.n_probe must be from 1 to min(the index's clusters (" +
+                           std::to_string(index.n_clusters) + "), " + std::to_string(kTopkMaxK) +
+                           "), got " + std::to_string(params.n_probe));
+  }
+  if (params.max_candidates < 0) {
+    return invalid(
+        op, "params.max_candidates must be >= 0, got " + std::to_string(params.max_candidates));
+  }
+  const int64_t m = params.max_candidates > 0 ? params.max_candidates : index.tokens;
+  if (m > kTopkMaxCols) {
+    return invalid(op, "params.max_candidates (" + std::to_string(m) + ", 0: the index's tokens)" +
+                           " must be at most " + std::to_string(kTopkMaxCols) +
+                           "; bound it by n_probe times the largest cluster");
+  }
+  if (params.k < 1 || params.k > m || params.k > kTopkMaxK) {
+    return invalid(op, "params.k must be from 1 to min(max_candidates (" + std::to_string(m) +
+                           "), " + std::to_string(kTopkMaxK) + "), got " +
+                           std::to_string(params.k));
+  }
+  size_t first = 0, second = 0;
+  if (rows > 0) {
+    if (Status st =
+            topk_workspace_size(rows, index.n_clusters, params.n_probe, DType::kFloat32, &first);
+        !st.ok()) {
+      return st;
+    }
+    if (Status st = topk_workspace_size(rows, m, params.k, DType::kFloat32, &second); !st.ok()) {
+      return st;
+    }
+  }
+  Pieces p;
+  l->cluster_scores = p.add({rows, index.n_clusters, 4});
+  l->probe_scores = p.add({rows, params.n_probe, 4});
+  l->probes = p.add({rows, params.n_probe, 4});
+  l->cand_scores = p.add({rows, m, 4});
+  l->cand_ids = p.add({rows, m, 4});
+  l->best = p.add({rows, params.k, 4});
+  l->topk_bytes = std::max(first, second);
+  l->topk = p.add({static_cast<int64_t>(l->topk_bytes)});
+  l->bytes = p.offset;
+  if (p.overflow) return invalid(op, "the workspace size overflows");
+  *max_candidates = m;
+  return Status();
+}
+
 }  // namespace
 
 KmeansPoints segment_points(const IvfShape& shape, const void* keys, int64_t seq,
@@ -288,6 +358,91 @@ Status ivf_build(const IvfInput& input, const IvfBuildParams& params, IvfIndex* 
     index->n_clusters = params.n_clusters;
   }
   return s;
+}
+
+}  // namespace cudaops
+
+namespace cudaops {
+
+Status ivf_search_workspace_size(const IvfIndex& index, const IvfQueries& queries,
+                                 const IvfSearchParams& params, size_t* bytes) {
+  constexpr const char* kOp = "ivf_search_workspace_size";
+  if (bytes == nullptr) return detail::ivf::invalid(kOp, "bytes must not be null");
+  detail::ivf::SearchLayout l;
+  int64_t m = 0;
+  if (Status s = detail::ivf::search_layout(kOp, index, queries, params, &m, &l); !s.ok()) {
+    return s;
+  }
+  *bytes = l.bytes;
+  return Status();
+}
+
+Status ivf_search(const IvfIndex& index, const IvfQueries& queries, const IvfSearchParams& params,
+                  float* d_scores, int64_t* d_ids, void* d_workspace, size_t workspace_bytes,
+                  cudaStream_t stream) {
+  constexpr const char* kOp = "ivf_search";
+  detail::ivf::SearchLayout l;
+  int64_t m = 0;
+  if (Status s = detail::ivf::search_layout(kOp, index, queries, params, &m, &l); !s.ok()) {
+    return s;
+  }
+  IvfLayout layout;
+  if (Status s = detail::ivf::layout_of(kOp, index.shape, &layout); !s.ok()) return s;
+  const int64_t rows = queries.q_heads * queries.n_queries;
+  if (rows == 0) return Status();
+  if (index.data == nullptr) return detail::ivf::invalid(kOp, "index.data must not be null");
+  if (reinterpret_cast<uintptr_t>(index.data) % 256 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_search: index.data must be 256-byte aligned");
+  }
+  if (queries.data == nullptr) return detail::ivf::invalid(kOp, "queries.data must not be null");
+  if (reinterpret_cast<uintptr_t>(queries.data) % 16 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_search: queries.data must be 16-byte aligned");
+  }
+  const int64_t results = rows * params.k;
+  if (Status s = detail::check_pointer(kOp, "d_scores", d_scores, results, DType::kFloat32);
+      !s.ok())
+    return s;
+  if (Status s = detail::check_pointer(kOp, "d_ids", d_ids, results, DType::kInt64); !s.ok()) {
+    return s;
+  }
+  if (workspace_bytes < l.bytes) {
+    std::ostringstream text;
+    text << kOp << ": workspace_bytes " << workspace_bytes << " is below the " << l.bytes
+         << " bytes ivf_search_workspace_size gives";
+    return Status(StatusCode::kWorkspaceTooSmall, text.str());
+  }
+  if (d_workspace == nullptr) return detail::ivf::invalid(kOp, "d_workspace must not be null");
+  if (reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_search: d_workspace must be 256-byte aligned");
+  }
+  const size_t query_bytes = static_cast<size_t>(rows * index.shape.dim) * 2;
+  if (Status s = detail::check_overlaps(
+          kOp, {detail::byte_region("queries.data", queries.data, query_bytes, false),
+                detail::byte_region("index.data", index.data, layout.bytes, false),
+                detail::byte_region("d_scores", d_scores, static_cast<size_t>(results) * 4, true),
+                detail::byte_region("d_ids", d_ids, static_cast<size_t>(results) * 8, true),
+                detail::byte_region("d_workspace", d_workspace, l.bytes, true)});
+      !s.ok())
+    return s;
+  detail::ivf::SearchCall call;
+  call.shape = index.shape;
+  call.index = layout;
+  call.buffer = static_cast<const unsigned char*>(index.data);
+  call.tokens = index.tokens;
+  call.n_clusters = index.n_clusters;
+  call.queries = queries.data;
+  call.q_heads = queries.q_heads;
+  call.n_queries = queries.n_queries;
+  call.k = params.k;
+  call.n_probe = params.n_probe;
+  call.max_candidates = m;
+  call.scores = d_scores;
+  call.ids = d_ids;
+  call.workspace = static_cast<unsigned char*>(d_workspace);
+  call.layout = l;
+  return index.shape.dtype == DType::kFloat16
+             ? detail::ivf::launch_search<__half>(call, stream)
+             : detail::ivf::launch_search<__nv_bfloat16>(call, stream);
 }
 
 }  // namespace cudaops

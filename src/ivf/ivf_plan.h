@@ -60,4 +60,34 @@ KmeansParams segment_params(int64_t per_segment, int n_iters, const float* means
 template <typename T>
 Status launch_build(const BuildCall& call, cudaStream_t stream);
 
+/// The workspace of a search (byte offsets, each 256-byte aligned); R = Hq * Q query rows.
+struct SearchLayout {
+  size_t cluster_scores = 0;  // [R, C] float32
+  size_t probe_scores = 0;    // [R, n_probe] float32
+  size_t probes = 0;          // [R, n_probe] int32
+  size_t cand_scores = 0;     // [R, M] float32
+  size_t cand_ids = 0;        // [R, M] int32
+  size_t best = 0;            // [R, k] int32: places in the candidate list
+  size_t topk = 0;            // the top-k selections' workspace
+  size_t topk_bytes = 0;
+  size_t bytes = 0;
+};
+
+struct SearchCall {
+  IvfShape shape;
+  IvfLayout index;
+  const unsigned char* buffer = nullptr;
+  int64_t tokens = 0, n_clusters = 0;
+  const void* queries = nullptr;
+  int64_t q_heads = 0, n_queries = 0;
+  int64_t k = 0, n_probe = 0, max_candidates = 0;
+  float* scores = nullptr;
+  int64_t* ids = nullptr;
+  unsigned char* workspace = nullptr;
+  SearchLayout layout;
+};
+
+template <typename T>
+Status launch_search(const SearchCall& call, cudaStream_t stream);
+
 }  // namespace cudaops::detail::ivf

@@ -365,5 +365,225 @@ std::vector<Case> Cases() {
 
 INSTANTIATE_TEST_SUITE_P(All, IvfBuildCases, ::testing::ValuesIn(Cases()));
 
+/// A built index kept on the device, with its state read back as the reference's index.
+struct DeviceIndex {
+  IvfIndex index;
+  IvfLayout layout;
+  DeviceBuffer buffer, keys, values, workspace;
+  ref::IvfIndexReference state;
+};
+
+::testing::AssertionResult BuildKept(const Case& c, const HostArray& keys, DeviceIndex* out) {
+  IvfIndex& index = out->index;
+  index.shape.heads = c.heads;
+  index.shape.dim = c.dim;
+  index.shape.value_dim = 0;
+  index.shape.capacity = c.capacity > 0 ? c.capacity : c.seq;
+  index.shape.max_clusters = c.max_clusters > 0 ? c.max_clusters : c.clusters;
+  index.shape.dtype = c.dtype;
+  IvfInput input;
+  input.seq = c.seq;
+  IvfBuildParams params;
+  params.n_clusters = c.clusters;
+  params.n_segments = c.segments;
+  params.n_iters = c.n_iters;
+  size_t bytes = 0;
+  if (!ivf_index_size(index.shape, &out->layout).ok() ||
+      !ivf_build_workspace_size(index.shape, input, params, &bytes).ok() ||
+      !out->buffer.allocate(static_cast<int64_t>(out->layout.bytes)).ok() ||
+      !out->keys.allocate(keys.size_bytes()).ok() ||
+      !out->workspace.allocate(static_cast<int64_t>(bytes)).ok()) {
+    return ::testing::AssertionFailure() << "sizes or allocation";
+  }
+  cudaMemcpy(out->keys.get(), keys.data(), static_cast<size_t>(keys.size_bytes()),
+             cudaMemcpyHostToDevice);
+  index.data = out->buffer.get();
+  input.keys = out->keys.get();
+  if (Status s = ivf_build(input, params, &index, out->workspace.get(), bytes, nullptr); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (cudaDeviceSynchronize() != cudaSuccess) return ::testing::AssertionFailure() << "build";
+  const int64_t h = c.heads, cm = index.shape.max_clusters, cap = index.shape.capacity;
+  auto* base = static_cast<unsigned char*>(out->buffer.get());
+  const std::vector<float> means = Copy<float>(base + out->layout.means, h * c.dim);
+  const std::vector<float> centroids = Copy<float>(base + out->layout.centroids, h * cm * c.dim);
+  const std::vector<int64_t> offsets = Copy<int64_t>(base + out->layout.offsets, h * (cm + 1));
+  const std::vector<int32_t> ids = Copy<int32_t>(base + out->layout.ids, h * cap);
+  ref::IvfIndexReference& st = out->state;
+  st.shape.heads = c.heads;
+  st.shape.seq = c.seq;
+  st.shape.dim = c.dim;
+  st.shape.clusters = c.clusters;
+  st.shape.segments = c.segments;
+  st.means.assign(means.begin(), means.end());
+  st.centroids.resize(static_cast<size_t>(h * c.clusters * c.dim));
+  st.offsets.resize(static_cast<size_t>(h * (c.clusters + 1)));
+  st.ids.resize(static_cast<size_t>(h * c.seq));
+  st.labels.resize(static_cast<size_t>(h * c.seq));
+  for (int64_t hh = 0; hh < h; ++hh) {
+    for (int64_t j = 0; j < c.clusters; ++j) {
+      for (int64_t e = 0; e < c.dim; ++e)
+        st.centroids[(hh * c.clusters + j) * c.dim + e] = centroids[(hh * cm + j) * c.dim + e];
+    }
+    for (int64_t j = 0; j <= c.clusters; ++j)
+      st.offsets[hh * (c.clusters + 1) + j] = offsets[hh * (cm + 1) + j];
+    for (int64_t p = 0; p < c.seq; ++p)
+      st.ids[hh * c.seq + p] = ids[hh * cap + p];
+    for (int64_t j = 0; j < c.clusters; ++j) {
+      for (int64_t p = offsets[hh * (cm + 1) + j]; p < offsets[hh * (cm + 1) + j + 1]; ++p)
+        st.labels[hh * c.seq + ids[hh * cap + p]] = static_cast<int32_t>(j);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+struct SearchCase {
+  Case build;
+  int64_t q_heads = 0, n_queries = 0, k = 0, n_probe = 0, max_candidates = 0;
+};
+
+std::ostream& operator<<(std::ostream& os, const SearchCase& c) {
+  return os << c.build << " Hq=" << c.q_heads << " Q=" << c.n_queries << " k=" << c.k
+            << " n_probe=" << c.n_probe << " max_candidates=" << c.max_candidates;
+}
+
+/// Queries near the keys of their kv head (so that the probes find something), in the keys' dtype.
+HostArray Queries(const SearchCase& c, const HostArray& keys, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 0.3);
+  const int64_t d = c.build.dim, group = c.q_heads / c.build.heads;
+  HostArray q(c.build.dtype, c.q_heads * c.n_queries * d);
+  for (int64_t g = 0; g < c.q_heads; ++g) {
+    for (int64_t i = 0; i < c.n_queries; ++i) {
+      const int64_t t = static_cast<int64_t>(rng() % static_cast<uint64_t>(c.build.seq));
+      for (int64_t e = 0; e < d; ++e) {
+        q.set((g * c.n_queries + i) * d + e,
+              keys.get(((g / group) * c.build.seq + t) * d + e) + normal(rng));
+      }
+    }
+  }
+  return q;
+}
+
+::testing::AssertionResult CheckSearch(const SearchCase& c) {
+  const HostArray keys = Keys(c.build, 11);
+  DeviceIndex dev;
+  if (auto r = BuildKept(c.build, keys, &dev); !r) return r;
+  const HostArray queries = Queries(c, keys, 12);
+  const int64_t rows = c.q_heads * c.n_queries, results = rows * c.k;
+  DeviceBuffer d_queries, scores, ids, workspace;
+  IvfQueries q;
+  q.q_heads = c.q_heads;
+  q.n_queries = c.n_queries;
+  IvfSearchParams params;
+  params.k = c.k;
+  params.n_probe = c.n_probe;
+  params.max_candidates = c.max_candidates;
+  size_t bytes = 0;
+  if (Status s = ivf_search_workspace_size(dev.index, q, params, &bytes); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (!d_queries.allocate(queries.size_bytes()).ok() || !scores.allocate(results * 4).ok() ||
+      !ids.allocate(results * 8).ok() || !workspace.allocate(static_cast<int64_t>(bytes)).ok()) {
+    return ::testing::AssertionFailure() << "allocation";
+  }
+  cudaMemcpy(d_queries.get(), queries.data(), static_cast<size_t>(queries.size_bytes()),
+             cudaMemcpyHostToDevice);
+  cudaMemset(scores.get(), 0xff, static_cast<size_t>(results * 4));
+  cudaMemset(ids.get(), 0x7f, static_cast<size_t>(results * 8));
+  q.data = d_queries.get();
+  if (Status s = ivf_search(dev.index, q, params, scores.as<float>(), ids.as<int64_t>(),
+                            workspace.get(), bytes, nullptr);
+      !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (cudaDeviceSynchronize() != cudaSuccess) return ::testing::AssertionFailure() << "search";
+  const std::vector<float> got_scores = Copy<float>(scores.get(), results);
+  const std::vector<int64_t> got_ids = Copy<int64_t>(ids.get(), results);
+  const ref::IvfSearchReference want =
+      ref::ivf_search(dev.state, keys, queries, c.q_heads, c.n_queries, c.k, c.n_probe);
+  for (int64_t i = 0; i < results; ++i) {
+    const double w = want.scores[i], g = got_scores[i];
+    if (std::isinf(w) || std::isinf(g)) {
+      if (w != g || got_ids[i] != -1) {
+        return ::testing::AssertionFailure() << "result " << i << ": (" << g << ", " << got_ids[i]
+                                             << "), reference (" << w << ", " << want.ids[i] << ")";
+      }
+      continue;
+    }
+    const double tol = 1e-5 * (1 + std::abs(w)) * static_cast<double>(c.build.dim);
+    if (!(std::abs(g - w) <= tol)) {
+      return ::testing::AssertionFailure()
+             << "result " << i << ": score " << g << ", reference " << w << " (id " << got_ids[i]
+             << ", reference " << want.ids[i] << ")";
+    }
+    // Ids may differ only between scores the float32 sums cannot tell apart.
+    if (got_ids[i] != want.ids[i]) {
+      const int64_t row = i / c.k;
+      bool near = false;
+      for (int64_t j = row * c.k; j < (row + 1) * c.k; ++j) {
+        near = near || (j != i && std::abs(want.scores[j] - w) <= 2 * tol);
+      }
+      if (!near) {
+        return ::testing::AssertionFailure()
+               << "result " << i << ": id " << got_ids[i] << ", reference " << want.ids[i]
+               << " (score " << w << ")";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class IvfSearchCases : public ::testing::TestWithParam<SearchCase> {};
+
+TEST_P(IvfSearchCases, MatchesReference) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
+  EXPECT_TRUE(CheckSearch(GetParam()));
+}
+
+std::vector<SearchCase> SearchCases() {
+  std::vector<SearchCase> cases;
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SearchCase c;
+    c.build.dtype = dtype;
+    c.build.heads = 2;
+    c.build.seq = 1500;
+    c.build.dim = 64;
+    c.build.clusters = 30;
+    c.build.segments = 3;
+    c.build.capacity = 1600;
+    c.build.max_clusters = 40;
+    c.q_heads = 8;  // groups of 4
+    c.n_queries = 3;
+    c.k = 50;
+    c.n_probe = 4;
+    cases.push_back(c);
+    c.n_probe = 30;  // every cluster: the exact top k
+    cases.push_back(c);
+    c.n_probe = 1;  // fewer candidates than k: padding
+    c.k = 700;
+    cases.push_back(c);
+    c.k = 20;
+    c.n_probe = 5;
+    c.max_candidates = 1500;
+    cases.push_back(c);
+    SearchCase wide;
+    wide.build.dtype = dtype;
+    wide.build.heads = 1;
+    wide.build.seq = 2049;
+    wide.build.dim = 128;
+    wide.build.clusters = 32;
+    wide.build.segments = 2;
+    wide.q_heads = 1;
+    wide.n_queries = 5;
+    wide.k = 100;
+    wide.n_probe = 6;
+    cases.push_back(wide);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, IvfSearchCases, ::testing::ValuesIn(SearchCases()));
+
 }  // namespace
 }  // namespace cudaops

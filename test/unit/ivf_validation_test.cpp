@@ -165,5 +165,69 @@ TEST(IvfBuildValidation, WorkspaceQueryNeedsNoDevice) {
   EXPECT_EQ(without, bytes);
 }
 
+struct Search {
+  IvfIndex index;
+  IvfQueries queries;
+  IvfSearchParams params;
+  Search() {
+    index.shape = Shape();
+    index.data = fake(0x10000000);
+    index.tokens = 4096;
+    index.n_clusters = 64;
+    queries.data = fake(0x40000000);
+    queries.q_heads = 16;
+    queries.n_queries = 2;
+    params.k = 100;
+    params.n_probe = 8;
+  }
+  Status run(float* scores = static_cast<float*>(fake(0x50000000)),
+             int64_t* ids = static_cast<int64_t*>(fake(0x58000000))) {
+    size_t need = 0;
+    if (Status s = ivf_search_workspace_size(index, queries, params, &need); !s.ok()) return s;
+    return ivf_search(index, queries, params, scores, ids, fake(0x60000000), need, nullptr);
+  }
+};
+
+TEST(IvfSearchValidation, Parameters) {
+  Search s;
+  s.queries.q_heads = 6;  // not a multiple of 4 heads
+  EXPECT_TRUE(FailsWith(s.run(), StatusCode::kInvalidArgument,
+                        {"ivf_search_workspace_size", "queries.q_heads (6)", "heads (4)"}));
+  s = Search();
+  s.params.n_probe = 65;
+  EXPECT_TRUE(FailsWith(s.run(), StatusCode::kInvalidArgument, {"params.n_probe", "(64)"}));
+  s = Search();
+  s.params.k = 0;
+  EXPECT_TRUE(FailsWith(s.run(), StatusCode::kInvalidArgument, {"params.k"}));
+  s = Search();
+  s.params.max_candidates = 50;  // below k
+  EXPECT_TRUE(FailsWith(s.run(), StatusCode::kInvalidArgument, {"params.k", "(50)"}));
+  s = Search();
+  s.index.n_clusters = 0;
+  EXPECT_TRUE(FailsWith(s.run(), StatusCode::kInvalidArgument, {"a built index"}));
+  s = Search();
+  s.queries.n_queries = -1;
+  EXPECT_TRUE(FailsWith(s.run(), StatusCode::kInvalidArgument, {"queries.n_queries"}));
+}
+
+TEST(IvfSearchValidation, Memory) {
+  Search s;
+  s.queries.data = fake(0x40000004);
+  EXPECT_TRUE(FailsWith(s.run(), StatusCode::kMisaligned, {"ivf_search", "queries.data"}));
+  s = Search();
+  EXPECT_TRUE(FailsWith(s.run(nullptr), StatusCode::kInvalidArgument, {"d_scores"}));
+  s = Search();
+  EXPECT_TRUE(FailsWith(
+      s.run(static_cast<float*>(fake(0x50000000)), static_cast<int64_t*>(fake(0x58000004))),
+      StatusCode::kMisaligned, {"d_ids"}));
+  s = Search();
+  EXPECT_TRUE(FailsWith(s.run(static_cast<float*>(fake(0x10000000 + 256))),
+                        StatusCode::kInvalidArgument, {"index.data", "d_scores"}));
+  // No queries: nothing to do, nothing touched.
+  s = Search();
+  s.queries.n_queries = 0;
+  EXPECT_TRUE(s.run(nullptr, nullptr).ok());
+}
+
 }  // namespace
 }  // namespace cudaops
