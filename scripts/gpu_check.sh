@@ -66,10 +66,11 @@ run_benches() {
   fi
   echo "== bench"
   # Every op `cudaops list` knows, every dtype it takes, at its standard shapes, 256-byte aligned:
-  # single calls, then (all but k-means, whose call is many kernels already) in runs of 20 calls.
+  # single calls, then (all but k-means and the IVF build, whose calls are many kernels already) in
+  # runs of 20 calls.
   local ops stream_ops
   ops=$($cli list --json | python3 -c 'import json, sys; print(" ".join(o["name"] for o in json.load(sys.stdin)))')
-  stream_ops=$(echo "$ops" | tr ' ' '\n' | grep -v '^kmeans$' | tr '\n' ' ')
+  stream_ops=$(echo "$ops" | tr ' ' '\n' | grep -vE '^(kmeans|ivf_build)$' | tr '\n' ' ')
   echo "ops: $ops"
   # shellcheck disable=SC2086 # the op names are words
   if ! $cli bench $ops --offsets 0 --json --no-progress --svg "$log/bench.svg" \

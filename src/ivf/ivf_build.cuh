@@ -122,6 +122,14 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+/// A row of `pieces` 16-byte pieces copied by a warp.
+__device__ __forceinline__ void copy_row(const void* from, void* to, int pieces, int lane) {
+  const uint4* src = static_cast<const uint4*>(from);
+  uint4* dst = static_cast<uint4*>(to);
+  for (int q = lane; q < pieces; q += 32)
+    dst[q] = __ldg(src + q);
+}
+
 /// A warp per (head, place in cluster order): the token's id, key and value copied there, in
 /// 16-byte pieces.
 template <typename T>
@@ -136,16 +144,9 @@ __global__ void __launch_bounds__(256)
   const int32_t t = perm[item];
   const int64_t to = h * capacity + place, from = h * seq + t;
   if (lane == 0) ids[to] = t;
-  const int key_pieces = d / 8;  // 8 values of 16 bits per piece
-  for (int q = lane; q < key_pieces; q += 32) {
-    reinterpret_cast<uint4*>(out_keys + to * d)[q] =
-        reinterpret_cast<const uint4*>(keys + from * d)[q];
-  }
-  const int value_pieces = value_dim / 8;
-  for (int q = lane; q < value_pieces; q += 32) {
-    reinterpret_cast<uint4*>(out_values + to * value_dim)[q] =
-        reinterpret_cast<const uint4*>(values + from * value_dim)[q];
-  }
+  copy_row(keys + from * d, out_keys + to * d, d / 8, lane);  // 8 values of 16 bits per piece
+  if (value_dim > 0)
+    copy_row(values + from * value_dim, out_values + to * value_dim, value_dim / 8, lane);
 }
 
 /// A warp per (head, cluster slot): the sum of its values in cluster order (float32, one lane

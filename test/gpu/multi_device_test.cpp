@@ -56,6 +56,17 @@ std::vector<Dims> ShapesOf(const harness::OpDescriptor& op) {
     Set(&base, "k", 32);
     Set(&base, "n_iters", 3);
     shapes.push_back(base);
+  } else if (op.name == "ivf_build" || op.name == "ivf_search") {
+    Set(&base, "heads", 2);
+    Set(&base, "seq", 3000);
+    Set(&base, "dim", 64);
+    Set(&base, "clusters", 64);
+    Set(&base, "segments", 2);
+    Set(&base, "n_iters", 3);
+    Set(&base, "q_heads", 4);
+    Set(&base, "k", 100);
+    Set(&base, "n_probe", 8);
+    shapes.push_back(base);
   } else {  // the row-wise family
     Set(&base, "rows", 64);
     Set(&base, "cols", 131072);

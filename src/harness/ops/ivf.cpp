@@ -1,0 +1,523 @@
+// Descriptors of the IVF index over attention KV caches: ivf_build (keys and values [heads, seq,
+// dim] into clusters per head, by segments) and ivf_search (queries of q_heads against a built
+// index). Keys are drawn on the host around a few directions per head with a large common offset,
+// as attention keys are; values are Gaussian; queries lie near keys of their kv head.
+//
+// --check: ivf_build's means against the double-precision ones, and per token that it is placed
+// exactly once with its key copied bit for bit, in the cluster of its largest inner product among
+// the returned centroids (but at near ties), or with the segments' pass, in one of its segment's;
+// ivf_search's scores and ids against the reference's search over the index the device built.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cudaops/ivf.h"
+#include "harness/device_buffer.h"
+#include "harness/registry.h"
+#include "reference/ivf.h"
+#include "reference/kmeans.h"
+
+namespace cudaops::harness {
+namespace {
+
+/// Most key values drawn on the host; more heads repeat the first ones.
+constexpr int64_t kMaxHostValues = int64_t{1} << 24;
+
+IvfShape shape_of(const CaseConfig& config) {
+  IvfShape s;
+  s.heads = dim_value(config.dims, "heads");
+  s.dim = dim_value(config.dims, "dim");
+  s.value_dim = dim_value(config.dims, "values", 1) != 0 ? s.dim : 0;
+  s.capacity = dim_value(config.dims, "seq");
+  s.max_clusters = dim_value(config.dims, "clusters");
+  s.dtype = config.dtype;
+  return s;
+}
+
+IvfBuildParams build_params_of(const CaseConfig& config) {
+  IvfBuildParams p;
+  p.n_clusters = dim_value(config.dims, "clusters");
+  p.n_segments = dim_value(config.dims, "segments", 1);
+  p.n_iters = static_cast<int>(dim_value(config.dims, "n_iters", 10));
+  p.global_pass = dim_value(config.dims, "pass", 0) == 0;
+  return p;
+}
+
+/// An index built on the device from host-drawn keys, with what the checks need.
+class DeviceIndex {
+ public:
+  Status prepare(const CaseConfig& config) {
+    config_ = config;
+    index_.shape = shape_of(config);
+    params_ = build_params_of(config);
+    input_.seq = index_.shape.capacity;
+    const IvfShape& s = index_.shape;
+    if (Status st = ivf_index_size(s, &layout_); !st.ok()) return st;
+    size_t bytes = 0;
+    if (Status st = ivf_build_workspace_size(s, input_, params_, &bytes); !st.ok()) return st;
+    const int64_t per_head = s.capacity * s.dim;
+    unique_ = std::max<int64_t>(1, std::min<int64_t>(s.heads, kMaxHostValues / per_head));
+    keys_ = ref::HostArray(s.dtype, unique_ * per_head);
+    values_ = ref::HostArray(s.dtype, std::max<int64_t>(unique_ * s.capacity * s.value_dim, 1));
+    draw();
+    Status st = d_keys_.allocate(static_cast<int64_t>(s.heads * per_head * 2));
+    if (st.ok()) st = upload(keys_, &d_keys_, per_head * 2);
+    if (st.ok() && s.value_dim > 0) {
+      st = d_values_.allocate(s.heads * s.capacity * s.value_dim * 2);
+      if (st.ok()) st = upload(values_, &d_values_, s.capacity * s.value_dim * 2);
+    }
+    if (st.ok()) st = buffer_.allocate(static_cast<int64_t>(layout_.bytes));
+    if (st.ok()) st = workspace_.allocate(static_cast<int64_t>(std::max<size_t>(bytes, 256)));
+    workspace_bytes_ = bytes;
+    index_.data = buffer_.get();
+    input_.keys = d_keys_.get();
+    input_.values = s.value_dim > 0 ? d_values_.get() : nullptr;
+    return st;
+  }
+
+  Status build(cudaStream_t stream) {
+    return ivf_build(input_, params_, &index_, workspace_.get(), workspace_bytes_, stream);
+  }
+
+  /// The index's state as the reference's index (heads, tokens and clusters as built).
+  ref::IvfIndexReference state() const {
+    const IvfShape& s = index_.shape;
+    const int64_t h = s.heads, cm = s.max_clusters, n = s.capacity, c = params_.n_clusters;
+    const auto means = download<float>(layout_.means, h * s.dim);
+    const auto centroids = download<float>(layout_.centroids, h * cm * s.dim);
+    const auto offsets = download<int64_t>(layout_.offsets, h * (cm + 1));
+    const auto ids = download<int32_t>(layout_.ids, h * n);
+    ref::IvfIndexReference st;
+    st.shape.heads = h;
+    st.shape.seq = n;
+    st.shape.dim = s.dim;
+    st.shape.clusters = c;
+    st.shape.segments = params_.n_segments;
+    st.means.assign(means.begin(), means.end());
+    st.centroids.resize(static_cast<size_t>(h * c * s.dim));
+    st.offsets.resize(static_cast<size_t>(h * (c + 1)));
+    st.ids.assign(static_cast<size_t>(h * n), -1);
+    st.labels.assign(static_cast<size_t>(h * n), -1);
+    for (int64_t hh = 0; hh < h; ++hh) {
+      std::copy(centroids.begin() + hh * cm * s.dim, centroids.begin() + (hh * cm + c) * s.dim,
+                st.centroids.begin() + hh * c * s.dim);
+      for (int64_t j = 0; j <= c; ++j)
+        st.offsets[hh * (c + 1) + j] = offsets[hh * (cm + 1) + j];
+      for (int64_t p = 0; p < n; ++p)
+        st.ids[hh * n + p] = ids[hh * n + p];
+      for (int64_t j = 0; j < c; ++j) {
+        for (int64_t p = offsets[hh * (cm + 1) + j]; p < offsets[hh * (cm + 1) + j + 1]; ++p) {
+          const int64_t t = ids[hh * n + p];
+          if (p >= 0 && p < n && t >= 0 && t < n) st.labels[hh * n + t] = static_cast<int32_t>(j);
+        }
+      }
+    }
+    return st;
+  }
+
+  template <typename P>
+  std::vector<P> download(size_t offset, int64_t count) const {
+    std::vector<P> host(static_cast<size_t>(count));
+    if (cudaMemcpy(host.data(), static_cast<const unsigned char*>(buffer_.get()) + offset,
+                   host.size() * sizeof(P), cudaMemcpyDeviceToHost) != cudaSuccess) {
+      std::fill(host.begin(), host.end(), P{});
+    }
+    return host;
+  }
+
+  bool all_heads_drawn() const { return unique_ == index_.shape.heads; }
+  const IvfIndex& index() const { return index_; }
+  const IvfLayout& layout() const { return layout_; }
+  const IvfBuildParams& params() const { return params_; }
+  const ref::HostArray& keys() const { return keys_; }
+  const ref::HostArray& values() const { return values_; }
+  int64_t workspace_bytes() const { return static_cast<int64_t>(workspace_bytes_); }
+
+ private:
+  void draw() {
+    const IvfShape& s = index_.shape;
+    std::mt19937_64 rng(config_.seed * 104729 + 3);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> offset(static_cast<size_t>(s.dim)), dirs(static_cast<size_t>(8 * s.dim));
+    for (int64_t h = 0; h < unique_; ++h) {
+      for (double& v : offset)
+        v = 2.0 + 0.5 * normal(rng);
+      for (double& v : dirs)
+        v = normal(rng);
+      for (int64_t t = 0; t < s.capacity; ++t) {
+        const auto which = static_cast<int64_t>(rng() % 8);
+        for (int64_t e = 0; e < s.dim; ++e) {
+          keys_.set((h * s.capacity + t) * s.dim + e,
+                    offset[e] + dirs[which * s.dim + e] + 0.3 * normal(rng));
+        }
+      }
+    }
+    for (int64_t i = 0; i < unique_ * s.capacity * s.value_dim; ++i)
+      values_.set(i, normal(rng));
+  }
+
+  /// The first unique_ heads' bytes, then copies of them for the rest.
+  Status upload(const ref::HostArray& host, DeviceBuffer* device, int64_t head_bytes) const {
+    for (int64_t h = 0; h < index_.shape.heads; h += unique_) {
+      const int64_t heads = std::min(unique_, index_.shape.heads - h);
+      if (cudaMemcpy(device->as<unsigned char>() + h * head_bytes, host.data(),
+                     static_cast<size_t>(heads * head_bytes),
+                     cudaMemcpyHostToDevice) != cudaSuccess) {
+        return Status(StatusCode::kCudaError, "ivf: uploading the keys or values failed");
+      }
+    }
+    return Status();
+  }
+
+  CaseConfig config_;
+  IvfIndex index_;
+  IvfLayout layout_;
+  IvfInput input_;
+  IvfBuildParams params_;
+  int64_t unique_ = 1;
+  ref::HostArray keys_, values_;
+  DeviceBuffer d_keys_, d_values_, buffer_, workspace_;
+  size_t workspace_bytes_ = 0;
+};
+
+double product_eps(DType dtype) {
+  return dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+}
+
+class IvfBuildCase : public OpCase {
+ public:
+  explicit IvfBuildCase(const CaseConfig& config) : config_(config) {}
+  Status prepare() { return index_.prepare(config_); }
+
+  /// The keys and values read once by the copies, the keys 2 n_iters + 3 times by k-means and the
+  /// global pass, the index written once.
+  int64_t bytes_moved() const override {
+    const IvfShape& s = index_.index().shape;
+    const int64_t keys = s.heads * s.capacity * s.dim * 2;
+    const int64_t values = s.heads * s.capacity * s.value_dim * 2;
+    return keys * (2 * index_.params().n_iters + 5) + 2 * values;
+  }
+
+  /// The products of k-means (each segment against its clusters, n_iters + 1 times) and of the
+  /// global pass (every token against all of its head's clusters).
+  double flops() const override {
+    const IvfShape& s = index_.index().shape;
+    const IvfBuildParams& p = index_.params();
+    const double tokens = static_cast<double>(s.heads) * static_cast<double>(s.capacity);
+    const int64_t per_segment = p.n_clusters / p.n_segments;  // a whole number: checked
+    const double per = static_cast<double>(per_segment);
+    double f = 2.0 * tokens * per * static_cast<double>(s.dim) * (p.n_iters + 1);
+    if (p.global_pass) {
+      f += 2.0 * tokens * static_cast<double>(p.n_clusters) * static_cast<double>(s.dim);
+    }
+    return f;
+  }
+
+  Status run(cudaStream_t stream) override { return index_.build(stream); }
+
+  Status check(cudaStream_t stream, ref::CompareResult* result) override {
+    if (!index_.all_heads_drawn()) {
+      return Status(StatusCode::kNotSupported,
+                    "ivf_build: --check takes at most 2^24 key values (fewer heads or tokens)");
+    }
+    if (cudaMemsetAsync(index_.index().data, 0xff, index_.layout().bytes, stream) != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_build: poisoning the index failed");
+    }
+    if (Status s = run(stream); !s.ok()) return s;
+    if (cudaStreamSynchronize(stream) != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_build: the build failed");
+    }
+    const IvfShape& sh = index_.index().shape;
+    const IvfBuildParams& p = index_.params();
+    const int64_t h = sh.heads, n = sh.capacity, d = sh.dim, c = p.n_clusters;
+    const ref::IvfIndexReference st = index_.state();
+    const auto keys_out = index_.download<unsigned char>(index_.layout().keys, h * n * d * 2);
+    ref::HostArray got(DType::kFloat32, h * d + h * n);
+    std::vector<double> want(static_cast<size_t>(got.size()));
+    int64_t at = 0;
+    const double eps = product_eps(sh.dtype);
+    const auto* keys = static_cast<const unsigned char*>(index_.keys().data());
+    for (int64_t hh = 0; hh < h; ++hh) {
+      // The head's mean, in double.
+      for (int64_t e = 0; e < d; ++e) {
+        double m = 0;
+        for (int64_t t = 0; t < n; ++t)
+          m += index_.keys().get((hh * n + t) * d + e);
+        got.set(at, st.means[hh * d + e]);
+        want[at++] = m / static_cast<double>(n);
+      }
+      // Each token: placed once (its place's key its own), in the right cluster.
+      std::vector<int> seen(static_cast<size_t>(n), 0);
+      for (int64_t q = 0; q < n; ++q) {
+        const int64_t t = st.ids[hh * n + q];
+        if (t >= 0 && t < n &&
+            std::memcmp(&keys_out[(hh * n + q) * d * 2], keys + (hh * n + t) * d * 2,
+                        static_cast<size_t>(d * 2)) == 0) {
+          ++seen[t];
+        }
+      }
+      ref::KmeansLayout one;
+      one.n = n;
+      one.d = d;
+      one.ld = d;
+      one.batch_stride = n * d;
+      ref::HostArray head(sh.dtype, n * d);
+      std::memcpy(head.data(), keys + hh * n * d * 2, static_cast<size_t>(n * d * 2));
+      const std::vector<double> centroids(st.centroids.begin() + hh * c * d,
+                                          st.centroids.begin() + (hh + 1) * c * d);
+      const std::vector<double> mean(st.means.begin() + hh * d, st.means.begin() + (hh + 1) * d);
+      const ref::KmeansReference nearest =
+          ref::kmeans_assign(head, one, centroids, c, mean, KmeansMetric::kCosine);
+      const int64_t per = c / p.n_segments;
+      for (int64_t t = 0; t < n; ++t) {
+        const int32_t label = st.labels[hh * n + t];
+        bool right = seen[t] == 1 && label >= 0;
+        if (right && p.global_pass) {
+          right = label == nearest.labels[t] || nearest.margins[t] <= 32 * eps;
+        } else if (right) {
+          int64_t g = 0, begin = 0, end = 0;
+          for (; g < p.n_segments; ++g) {
+            ref::ivf_segment(n, p.n_segments, g, &begin, &end);
+            if (t < end) break;
+          }
+          right = label >= g * per && label < (g + 1) * per;
+        }
+        got.set(at, right ? 1.0 : 0.0);
+        want[at++] = 1.0;
+      }
+    }
+    *result = ref::compare(got, want, ref::Tolerance{1e-4, 1.0});
+    return Status();
+  }
+
+ private:
+  CaseConfig config_;
+  DeviceIndex index_;
+};
+
+class IvfSearchCase : public OpCase {
+ public:
+  explicit IvfSearchCase(const CaseConfig& config) : config_(config) {}
+
+  Status prepare() {
+    if (Status s = index_.prepare(config_); !s.ok()) return s;
+    if (Status s = index_.build(nullptr); !s.ok()) return s;
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_search: building the index failed");
+    }
+    const IvfShape& s = index_.index().shape;
+    queries_.q_heads = dim_value(config_.dims, "q_heads");
+    queries_.n_queries = dim_value(config_.dims, "queries", 1);
+    params_.k = dim_value(config_.dims, "k");
+    params_.n_probe = dim_value(config_.dims, "n_probe");
+    params_.max_candidates = dim_value(config_.dims, "max_candidates", 0);
+    size_t bytes = 0;
+    if (Status st = ivf_search_workspace_size(index_.index(), queries_, params_, &bytes);
+        !st.ok()) {
+      return st;
+    }
+    const int64_t rows = queries_.q_heads * queries_.n_queries;
+    host_queries_ = ref::HostArray(s.dtype, std::max<int64_t>(rows * s.dim, 1));
+    std::mt19937_64 rng(config_.seed * 7 + 1);
+    std::normal_distribution<double> normal(0.0, 0.3);
+    const int64_t group = queries_.q_heads / s.heads;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t h = (r / std::max<int64_t>(queries_.n_queries, 1)) / group;
+      const int64_t t = static_cast<int64_t>(rng() % static_cast<uint64_t>(s.capacity));
+      const int64_t drawn = h % std::max<int64_t>(1, index_.keys().size() / (s.capacity * s.dim));
+      for (int64_t e = 0; e < s.dim; ++e) {
+        host_queries_.set(r * s.dim + e,
+                          index_.keys().get((drawn * s.capacity + t) * s.dim + e) + normal(rng));
+      }
+    }
+    Status st = d_queries_.allocate(host_queries_.size_bytes());
+    if (st.ok() && cudaMemcpy(d_queries_.get(), host_queries_.data(),
+                              static_cast<size_t>(host_queries_.size_bytes()),
+                              cudaMemcpyHostToDevice) != cudaSuccess) {
+      st = Status(StatusCode::kCudaError, "ivf_search: uploading the queries failed");
+    }
+    if (st.ok()) st = scores_.allocate(std::max<int64_t>(rows * params_.k, 1) * 4);
+    if (st.ok()) st = ids_.allocate(std::max<int64_t>(rows * params_.k, 1) * 8);
+    if (st.ok()) st = workspace_.allocate(static_cast<int64_t>(std::max<size_t>(bytes, 256)));
+    workspace_bytes_ = bytes;
+    queries_.data = d_queries_.get();
+    return st;
+  }
+
+  /// The centroids scanned (float32), the probed clusters' keys (at the mean cluster size) read
+  /// once per query row, the results written.
+  int64_t bytes_moved() const override {
+    const IvfShape& s = index_.index().shape;
+    const int64_t rows = queries_.q_heads * queries_.n_queries;
+    const int64_t per_cluster = s.capacity / std::max<int64_t>(index_.params().n_clusters, 1);
+    return s.heads * index_.params().n_clusters * s.dim * 4 +
+           rows * (params_.n_probe * per_cluster * s.dim * 2 + params_.k * 12);
+  }
+
+  Status run(cudaStream_t stream) override {
+    return ivf_search(index_.index(), queries_, params_, scores_.as<float>(), ids_.as<int64_t>(),
+                      workspace_.get(), workspace_bytes_, stream);
+  }
+
+  Status check(cudaStream_t stream, ref::CompareResult* result) override {
+    if (!index_.all_heads_drawn()) {
+      return Status(StatusCode::kNotSupported,
+                    "ivf_search: --check takes at most 2^24 key values (fewer heads or tokens)");
+    }
+    const int64_t rows = queries_.q_heads * queries_.n_queries, results = rows * params_.k;
+    if (cudaMemsetAsync(scores_.get(), 0xff, static_cast<size_t>(results * 4), stream) !=
+            cudaSuccess ||
+        cudaMemsetAsync(ids_.get(), 0x7f, static_cast<size_t>(results * 8), stream) !=
+            cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_search: poisoning the results failed");
+    }
+    if (Status s = run(stream); !s.ok()) return s;
+    std::vector<float> scores(static_cast<size_t>(results));
+    std::vector<int64_t> ids(static_cast<size_t>(results));
+    if (cudaStreamSynchronize(stream) != cudaSuccess ||
+        cudaMemcpy(scores.data(), scores_.get(), scores.size() * 4, cudaMemcpyDeviceToHost) !=
+            cudaSuccess ||
+        cudaMemcpy(ids.data(), ids_.get(), ids.size() * 8, cudaMemcpyDeviceToHost) != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_search: the search failed");
+    }
+    const ref::IvfSearchReference want =
+        ref::ivf_search(index_.state(), index_.keys(), host_queries_, queries_.q_heads,
+                        queries_.n_queries, params_.k, params_.n_probe);
+    // Scores against the reference's; an id where the score is not within reach of another.
+    ref::HostArray got(DType::kFloat32, 2 * results);
+    std::vector<double> expected(static_cast<size_t>(2 * results));
+    const double tol = 1e-5 * static_cast<double>(index_.index().shape.dim);
+    for (int64_t i = 0; i < results; ++i) {
+      const double w = want.scores[i];
+      got.set(i, scores[i]);
+      expected[i] = w;
+      bool right = ids[i] == want.ids[i];
+      for (int64_t j = (i / params_.k) * params_.k; !right && j < (i / params_.k + 1) * params_.k;
+           ++j) {
+        right = j != i && std::abs(want.scores[j] - w) <= 2 * tol * (1 + std::abs(w));
+      }
+      got.set(results + i, right ? 1.0 : 0.0);
+      expected[results + i] = 1.0;
+    }
+    *result = ref::compare(got, expected, ref::Tolerance{tol, 1.0});
+    return Status();
+  }
+
+ private:
+  CaseConfig config_;
+  DeviceIndex index_;
+  IvfQueries queries_;
+  IvfSearchParams params_;
+  ref::HostArray host_queries_;
+  DeviceBuffer d_queries_, scores_, ids_, workspace_;
+  size_t workspace_bytes_ = 0;
+};
+
+std::vector<DimSpec> index_dims() {
+  return {{"heads", "kv heads", 8},
+          {"seq", "tokens per head", 32768},
+          {"dim", "key dimensions (a multiple of 8 up to 512)", 128},
+          {"clusters", "clusters per head (a multiple of segments)", 2048},
+          {"segments", "contiguous segments per head, each clustered on its own", 4},
+          {"n_iters", "spherical k-means iterations per segment", 10},
+          {"pass",
+           "the final assignment: global (all of the head's clusters) or segments",
+           0,
+           {{"global", 0}, {"segments", 1}}},
+          {"values", "values as well as keys (1) or keys alone (0)", 1}};
+}
+
+OpDescriptor build_descriptor() {
+  OpDescriptor op;
+  op.name = "ivf_build";
+  op.summary = "IVF index over attention keys and values: every head and segment in one call";
+  op.dtypes = {DType::kFloat16, DType::kBFloat16};
+  op.dims = index_dims();
+  auto shape = [](int64_t heads, int64_t seq, int64_t clusters, int64_t segments) {
+    return Dims{{"heads", heads},       {"seq", seq},    {"dim", 128}, {"clusters", clusters},
+                {"segments", segments}, {"n_iters", 10}, {"pass", 0},  {"values", 1}};
+  };
+  op.bench_shapes = {shape(32, 131072, 8192, 16), shape(8, 32768, 2048, 4)};
+  op.headline_shapes = op.bench_shapes;
+  op.validate = [](const CaseConfig& config) {
+    IvfInput input;
+    input.seq = dim_value(config.dims, "seq");
+    size_t bytes = 0;
+    return ivf_build_workspace_size(shape_of(config), input, build_params_of(config), &bytes);
+  };
+  op.make_case = [](const CaseConfig& config, std::unique_ptr<OpCase>* out) {
+    auto c = std::make_unique<IvfBuildCase>(config);
+    Status status = c->prepare();
+    if (status.ok()) *out = std::move(c);
+    return status;
+  };
+  return op;
+}
+
+OpDescriptor search_descriptor() {
+  OpDescriptor op;
+  op.name = "ivf_search";
+  op.summary = "IVF index search: the k best tokens of each query among its probed clusters";
+  op.dtypes = {DType::kFloat16, DType::kBFloat16};
+  op.dims = index_dims();
+  op.dims.push_back({"q_heads", "query heads (a multiple of heads)", 32});
+  op.dims.push_back({"queries", "queries per query head", 1});
+  op.dims.push_back({"k", "tokens per query", 1024});
+  op.dims.push_back({"n_probe", "clusters probed per query", 64});
+  op.dims.push_back({"max_candidates", "candidates kept per query (0: every token)", 0});
+  auto shape = [](int64_t seq, int64_t clusters, int64_t n_probe, int64_t max_candidates) {
+    return Dims{{"heads", 8},
+                {"seq", seq},
+                {"dim", 128},
+                {"clusters", clusters},
+                {"segments", 16},
+                {"n_iters", 10},
+                {"pass", 0},
+                {"values", 1},
+                {"q_heads", 32},
+                {"queries", 1},
+                {"k", 1024},
+                {"n_probe", n_probe},
+                {"max_candidates", max_candidates}};
+  };
+  op.bench_shapes = {shape(131072, 8192, 147, 0), shape(131072, 8192, 147, 16384)};
+  op.headline_shapes = op.bench_shapes;
+  op.validate = [](const CaseConfig& config) {
+    IvfInput input;
+    input.seq = dim_value(config.dims, "seq");
+    size_t bytes = 0;
+    const IvfShape sizes = shape_of(config);
+    const IvfBuildParams build = build_params_of(config);
+    if (Status s = ivf_build_workspace_size(sizes, input, build, &bytes); !s.ok()) return s;
+    IvfIndex index;
+    index.shape = sizes;
+    index.tokens = input.seq;
+    index.n_clusters = build.n_clusters;
+    IvfQueries queries;
+    queries.q_heads = dim_value(config.dims, "q_heads");
+    queries.n_queries = dim_value(config.dims, "queries", 1);
+    IvfSearchParams params;
+    params.k = dim_value(config.dims, "k");
+    params.n_probe = dim_value(config.dims, "n_probe");
+    params.max_candidates = dim_value(config.dims, "max_candidates", 0);
+    return ivf_search_workspace_size(index, queries, params, &bytes);
+  };
+  op.make_case = [](const CaseConfig& config, std::unique_ptr<OpCase>* out) {
+    auto c = std::make_unique<IvfSearchCase>(config);
+    Status status = c->prepare();
+    if (status.ok()) *out = std::move(c);
+    return status;
+  };
+  return op;
+}
+
+[[maybe_unused]] const bool kBuildRegistered = register_op(build_descriptor());
+[[maybe_unused]] const bool kSearchRegistered = register_op(search_descriptor());
+
+}  // namespace
+}  // namespace cudaops::harness
