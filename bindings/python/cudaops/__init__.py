@@ -10,7 +10,7 @@ Errors: ``ValueError`` for bad shapes, strides, alignment or values; ``TypeError
 dtypes or objects; :class:`cudaops.CudaError` (a ``RuntimeError``) when CUDA fails or is missing.
 """
 
-from . import jit
+from . import ivf, jit
 from ._core import (
     Array,
     CudaError,
@@ -44,6 +44,7 @@ __all__ = [
     "device_count",
     "empty_cache",
     "fused_add_rms_norm",
+    "ivf",
     "jit",
     "kmeans",
     "layer_norm",

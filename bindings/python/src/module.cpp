@@ -32,6 +32,7 @@ void define_module(py::module_& m) {
   bind_jit(m);
   bind_topk(m);
   bind_kmeans(m);
+  bind_ivf(m);
 
   m.def("_set_fast_paths", &set_fast_paths, py::arg("enabled"),
         "Read torch tensors and cudaops.Array directly (True, the default) or only through "

@@ -10,5 +10,6 @@ void bind_rowwise(py::module_& m);
 void bind_jit(py::module_& m);
 void bind_topk(py::module_& m);
 void bind_kmeans(py::module_& m);
+void bind_ivf(py::module_& m);
 
 }  // namespace cudaops::python

@@ -1,0 +1,19 @@
+"""An IVF-Flat index over attention KV caches, every kv head in one call.
+
+    import cudaops
+    index = cudaops.ivf.build_global(keys, values, n_clusters=8192, n_segments=16)
+    scores, ids = index.search(queries, k=1024, n_probe=147)
+
+``keys`` and ``values`` are ``[kv_heads, tokens, dim]`` float16 or bfloat16 arrays of any
+framework; ``queries`` are ``[q_heads, Q, dim]`` with ``q_heads`` a multiple of ``kv_heads``
+(grouped-query attention). Each head's keys are centred by its mean and clustered segment by
+segment by spherical k-means, all heads and segments in one batched call; a query scores its
+head's centroids, probes the ``n_probe`` best clusters and scores their tokens exactly. Results
+are arrays of the queries' kind: ``scores`` float32 and ``ids`` int64 token positions, best
+first, ``(-inf, -1)`` past the candidates.
+"""
+
+from ._core import IvfIndex as Index
+from ._core import ivf_build_global as build_global
+
+__all__ = ["Index", "build_global"]

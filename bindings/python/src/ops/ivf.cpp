@@ -1,0 +1,196 @@
+// cudaops.ivf: the IVF index over attention KV caches (build_global, Index.search).
+#include <cuda_runtime_api.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../array.h"
+#include "../array_import.h"
+#include "../ops.h"
+#include "cudaops/ivf.h"
+
+namespace cudaops::python {
+
+namespace {
+
+int64_t int_arg(py::handle obj, const char* op, const char* what) {
+  if (!PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) {
+    throw py::type_error(std::string(op) + ": " + what + " must be an int, got " + type_name(obj));
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+  if (overflow != 0) throw py::value_error(std::string(op) + ": " + what + " is out of range");
+  return v;
+}
+
+/// A C-contiguous [heads, tokens, dim] array of float16 or bfloat16.
+void require_heads_tokens_dim(const CallContext& ctx, const ArrayView& v) {
+  if (v.shape.size() != 3) {
+    throw py::value_error(std::string(ctx.op()) + ": " + v.name +
+                          ": expected 3 dimensions [heads, tokens, dim], got shape " +
+                          shape_text(v.shape));
+  }
+  if (v.dtype != DType::kFloat16 && v.dtype != DType::kBFloat16) {
+    throw py::type_error(std::string(ctx.op()) + ": " + v.name + ": dtype " + dtype_name(v.dtype) +
+                         " is not supported; expected float16 or bfloat16");
+  }
+  ctx.require_contiguous(v);
+}
+
+/// An index and the memory it lives in (an array of the module's pool, kept alive with it).
+class PyIndex {
+ public:
+  IvfIndex index;
+  py::object buffer;  // the cudaops.Array holding index.data
+  int device = 0;
+
+  py::tuple search(py::handle queries, py::handle k_obj, py::handle n_probe_obj,
+                   py::handle max_candidates_obj, py::handle stream) const {
+    CallContext ctx("Index.search", stream);
+    IvfSearchParams params;
+    params.k = int_arg(k_obj, ctx.op(), "k");
+    params.n_probe = int_arg(n_probe_obj, ctx.op(), "n_probe");
+    params.max_candidates =
+        max_candidates_obj.is_none() ? 0 : int_arg(max_candidates_obj, ctx.op(), "max_candidates");
+    ArrayView vq = ctx.import(queries, "queries", Access::kRead);
+    require_heads_tokens_dim(ctx, vq);
+    if (vq.dtype != index.shape.dtype) {
+      throw py::type_error(std::string(ctx.op()) + ": queries: dtype " + dtype_name(vq.dtype) +
+                           " does not match the index's " + dtype_name(index.shape.dtype));
+    }
+    if (vq.shape[2] != index.shape.dim) {
+      throw py::value_error(std::string(ctx.op()) + ": queries: expected dim " +
+                            std::to_string(index.shape.dim) + ", got shape " +
+                            shape_text(vq.shape));
+    }
+    IvfQueries q;
+    q.data = vq.data;
+    q.q_heads = vq.shape[0];
+    q.n_queries = vq.shape[1];
+    size_t bytes = 0;
+    check(ivf_search_workspace_size(index, q, params, &bytes));
+    const int at = ctx.prepare({&vq});
+    if (vq.size > 0 && at != device) {
+      throw py::value_error(std::string(ctx.op()) + ": queries: is on CUDA device " +
+                            std::to_string(at) + " but the index is on CUDA device " +
+                            std::to_string(device));
+    }
+    py::cast<const Array&>(buffer).order_before(ctx.stream());
+    const std::vector<int64_t> shape = {q.q_heads, q.n_queries, params.k};
+    auto* scores = static_cast<float*>(ctx.output_data(nullptr, shape, DType::kFloat32));
+    auto* ids = static_cast<int64_t*>(ctx.output_data(nullptr, shape, DType::kInt64));
+    void* workspace = ctx.scratch(bytes);
+    Status status;
+    {
+      py::gil_scoped_release nogil;
+      status = ivf_search(index, q, params, scores, ids, workspace, bytes, ctx.stream());
+    }
+    check(status);
+    return py::make_tuple(ctx.take_result(0, queries), ctx.take_result(1, queries));
+  }
+};
+
+PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_obj,
+                     py::handle n_segments_obj, py::handle n_iters_obj, bool global_pass,
+                     py::handle stream) {
+  CallContext ctx("ivf.build_global", stream);
+  IvfBuildParams params;
+  params.n_clusters = int_arg(n_clusters_obj, ctx.op(), "n_clusters");
+  params.n_segments = int_arg(n_segments_obj, ctx.op(), "n_segments");
+  const int64_t n_iters = int_arg(n_iters_obj, ctx.op(), "n_iters");
+  if (n_iters < 0 || n_iters > (int64_t{1} << 30)) {
+    throw py::value_error("ivf.build_global: n_iters must be in [0, 2^30], got " +
+                          std::to_string(n_iters));
+  }
+  params.n_iters = static_cast<int>(n_iters);
+  params.global_pass = global_pass;
+  ArrayView vk = ctx.import(keys, "keys", Access::kRead);
+  require_heads_tokens_dim(ctx, vk);
+  std::optional<ArrayView> vv;
+  if (!values.is_none()) {
+    vv = ctx.import(values, "values", Access::kRead);
+    require_heads_tokens_dim(ctx, *vv);
+    ctx.require_same_dtype(vk, *vv);
+    if (vv->shape[0] != vk.shape[0] || vv->shape[1] != vk.shape[1]) {
+      throw py::value_error("ivf.build_global: values: expected [heads, tokens] of keys (" +
+                            shape_text({vk.shape[0], vk.shape[1]}) + "), got shape " +
+                            shape_text(vv->shape));
+    }
+  }
+  PyIndex out;
+  IvfShape& shape = out.index.shape;
+  shape.heads = vk.shape[0];
+  shape.dim = vk.shape[2];
+  shape.value_dim = vv ? vv->shape[2] : 0;
+  shape.capacity = vk.shape[1];
+  shape.max_clusters = params.n_clusters;
+  shape.dtype = vk.dtype;
+  IvfInput input;
+  input.seq = vk.shape[1];
+  IvfLayout layout;
+  size_t bytes = 0;
+  // Every size is checked by the library, with its messages, before anything is made.
+  check(ivf_index_size(shape, &layout));
+  check(ivf_build_workspace_size(shape, input, params, &bytes));
+  out.device = ctx.prepare({&vk, vv ? &*vv : nullptr});
+  out.index.data =
+      ctx.output_data(nullptr, {static_cast<int64_t>(layout.bytes / 4)}, DType::kInt32);
+  input.keys = vk.data;
+  input.values = vv ? vv->data : nullptr;
+  void* workspace = ctx.scratch(bytes);
+  Status status;
+  {
+    py::gil_scoped_release nogil;
+    status = ivf_build(input, params, &out.index, workspace, bytes, ctx.stream());
+  }
+  check(status);
+  out.buffer = ctx.take_result(0, py::none());
+  return out;
+}
+
+}  // namespace
+
+void bind_ivf(py::module_& m) {
+  py::class_<PyIndex>(m, "IvfIndex", R"doc(An IVF-Flat index over attention keys (and values),
+every kv head in one buffer of the device that built it (cudaops.ivf.build_global).)doc")
+      .def("search", &PyIndex::search, py::arg("queries"), py::arg("k"), py::arg("n_probe"),
+           py::kw_only(), py::arg("max_candidates") = py::none(), py::arg("stream") = py::none(),
+           R"doc(The k best tokens of each query: (scores [q_heads, Q, k] float32, ids [q_heads, Q,
+k] int64 token positions), of the queries' kind. queries [q_heads, Q, dim] in the index's dtype,
+q_heads a multiple of the index's heads (query head g reads kv head g / (q_heads / heads)). Each
+query probes the n_probe clusters of the largest q . c and scores their tokens exactly; with
+fewer than k candidates the rest is (-inf, -1). max_candidates bounds the candidates kept per
+query (None: every token; candidates past the bound are dropped). The index must stay alive
+until the search's work is done, as any input array.)doc")
+      .def_property_readonly("n_clusters",
+                             [](const PyIndex& self) { return self.index.n_clusters; })
+      .def_property_readonly(
+          "size", [](const PyIndex& self) { return self.index.tokens; }, "tokens per head")
+      .def_property_readonly("heads", [](const PyIndex& self) { return self.index.shape.heads; })
+      .def_property_readonly("dim", [](const PyIndex& self) { return self.index.shape.dim; })
+      .def_property_readonly("device", [](const PyIndex& self) { return self.device; })
+      .def_property_readonly(
+          "nbytes",
+          [](const PyIndex& self) { return py::cast<const Array&>(self.buffer).nbytes(); },
+          "bytes of device memory the index holds")
+      .def("__repr__", [](const PyIndex& self) {
+        return "<cudaops.ivf.Index heads=" + std::to_string(self.index.shape.heads) +
+               " size=" + std::to_string(self.index.tokens) +
+               " dim=" + std::to_string(self.index.shape.dim) +
+               " n_clusters=" + std::to_string(self.index.n_clusters) + " " +
+               dtype_name(self.index.shape.dtype) + " device=" + std::to_string(self.device) + ">";
+      });
+  m.def("ivf_build_global", &build_global, py::arg("keys"), py::arg("values"),
+        py::arg("n_clusters"), py::arg("n_segments"), py::arg("n_iters") = 10,
+        py::arg("global_pass") = true, py::kw_only(), py::arg("stream") = py::none(),
+        R"doc(An IVF-Flat index over keys [heads, tokens, dim] (float16 or bfloat16, C-contiguous,
+dim a multiple of 8 up to 512) and values [heads, tokens, value_dim] of the same dtype, or None.
+Each head's keys are centred by its mean; its tokens split into n_segments contiguous segments
+(as numpy.array_split splits them), each clustered on its own into n_clusters / n_segments
+clusters by spherical k-means (n_iters iterations, strided initialisation), every segment of
+every head in one call; with global_pass every token then joins the cluster of its largest inner
+product among all of its head's clusters. Runs on `stream`, ordered after the inputs' producers.)doc");
+}
+
+}  // namespace cudaops::python

@@ -1,0 +1,86 @@
+"""cudaops.ivf: argument checks through stand-in arrays (no GPU needed), then on a GPU with torch
+tensors: probing every cluster gives the exact top k of a float64 search."""
+
+import pytest
+
+import cudaops
+
+from conftest import requires_gpu
+
+
+def test_names_exported():
+    assert "ivf" in cudaops.__all__
+    assert callable(cudaops.ivf.build_global)
+    assert cudaops.ivf.Index.__name__ == "IvfIndex"
+
+
+def test_bad_arguments(dl):
+    keys = dl([2, 1000, 64], "float16")
+    values = dl([2, 1000, 32], "float16")
+    build = cudaops.ivf.build_global
+    with pytest.raises(TypeError, match=r"ivf.build_global: n_clusters must be an int, got float"):
+        build(keys, values, 32.0, 4)
+    with pytest.raises(ValueError, match=r"ivf.build_global: n_iters must be in \[0, 2\^30\]"):
+        build(keys, values, 32, 4, n_iters=-1)
+    with pytest.raises(ValueError, match=r"n_clusters \(30\) must be a positive multiple of "
+                                         r"params.n_segments \(4\)"):
+        build(keys, values, 30, 4)
+    with pytest.raises(ValueError, match=r"is above the shortest segment's tokens \(250\)"):
+        build(keys, values, 2000, 4)
+    with pytest.raises(ValueError, match=r"keys: expected 3 dimensions \[heads, tokens, dim\]"):
+        build(dl([1000, 64], "float16"), None, 32, 4)
+    with pytest.raises(TypeError, match=r"keys: dtype float32 is not supported; expected float16"):
+        build(dl([2, 1000, 64], "float32"), None, 32, 4)
+    with pytest.raises(TypeError, match=r"values: dtype bfloat16 does not match keys's dtype"):
+        build(keys, dl([2, 1000, 32], "bfloat16"), 32, 4)
+    with pytest.raises(ValueError, match=r"values: expected \[heads, tokens\] of keys"):
+        build(keys, dl([2, 999, 32], "float16"), 32, 4)
+    with pytest.raises(ValueError, match=r"shape.dim must be a multiple of 8"):
+        build(dl([2, 1000, 60], "float16"), None, 32, 4)
+    with pytest.raises(ValueError, match=r"keys: expected a C-contiguous array"):
+        build(dl([2, 1000, 64], "float16", strides=[64, 128, 1]), None, 32, 4)
+
+
+def _clustered(torch, heads, tokens, dim, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    offset = 2.0 + 0.5 * torch.randn(heads, 1, dim, generator=g, dtype=torch.float64)
+    dirs = torch.randn(heads, 8, dim, generator=g, dtype=torch.float64)
+    which = torch.randint(0, 8, (heads, tokens), generator=g)
+    x = offset + torch.gather(dirs, 1, which[..., None].expand(-1, -1, dim))
+    x = x + 0.3 * torch.randn(heads, tokens, dim, generator=g, dtype=torch.float64)
+    return x.to(dtype).cuda()
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_every_cluster_probed_is_exact(dtype):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    dt = getattr(torch, dtype)
+    heads, tokens, dim, clusters, segments = 2, 3000, 64, 48, 3
+    keys = _clustered(torch, heads, tokens, dim, dt, 1)
+    values = torch.randn(heads, tokens, 32, dtype=dt, device="cuda")
+    index = cudaops.ivf.build_global(keys, values, clusters, segments, n_iters=5)
+    assert index.n_clusters == clusters and index.size == tokens and index.heads == heads
+    assert index.nbytes > keys.numel() * 2 + values.numel() * 2
+    q_heads, q = 8, 3
+    queries = (keys[torch.arange(q_heads) // (q_heads // heads), :q, :] +
+               0.1 * torch.randn(q_heads, q, dim, device="cuda").to(dt)).contiguous()
+    k = 40
+    scores, ids = index.search(queries, k, clusters)
+    assert isinstance(scores, torch.Tensor) and scores.shape == (q_heads, q, k)
+    assert scores.dtype == torch.float32 and ids.dtype == torch.int64
+    kv = keys.double()[torch.arange(q_heads) // (q_heads // heads)]
+    exact = torch.einsum("gqd,gtd->gqt", queries.double(), kv)
+    want, want_ids = exact.topk(k, dim=-1)
+    assert torch.allclose(scores.double(), want, rtol=1e-4, atol=1e-3)
+    got_exact = torch.gather(exact, 2, ids)
+    assert torch.allclose(got_exact, want, rtol=1e-4, atol=1e-3), "an id is not a top-k token"
+    # A few probes: fewer candidates, every result a real token with its own score.
+    few, few_ids = index.search(queries, k, 4)
+    real = few_ids >= 0
+    assert bool(real.any())
+    assert torch.allclose(few.double()[real], torch.gather(exact, 2, few_ids.clamp(min=0))[real],
+                          rtol=1e-4, atol=1e-3)
+    assert bool(torch.all(few.double() <= want[..., :1] + 1e-3))
