@@ -126,4 +126,22 @@ CUDAOPS_EXPORT Status ivf_search(const IvfIndex& index, const IvfQueries& querie
                                  const IvfSearchParams& params, float* d_scores, int64_t* d_ids,
                                  void* d_workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// Files: an index's held part (its tokens and clusters, not its spare capacity) as a file of
+// named arrays (docs/ivf.md): magic bytes, a major.minor version, a byte-order mark, each array's
+// name, dtype, shape, offset and CRC-32. Written to a temporary file of the same directory renamed
+// into place. Read only from a regular file of this user's that no one else can write, every
+// checksum checked, and what the search trusts checked too (cluster ranges within the tokens and
+// in order, sizes, each token id once): anything else is refused with kFileError.
+
+/// Writes the index to `path`. Copies it to the host on `stream` and waits for that.
+CUDAOPS_EXPORT Status ivf_save(const IvfIndex& index, const char* path, cudaStream_t stream);
+
+/// The shape of the index saved at `path` (capacity: its tokens; max_clusters: its clusters).
+CUDAOPS_EXPORT Status ivf_saved_shape(const char* path, IvfShape* shape);
+
+/// Reads the index saved at `path` into `index`, whose buffer is set and whose shape has the
+/// file's heads, dims and dtype and at least its tokens and clusters; sets index->tokens and
+/// index->n_clusters. Copies on `stream` and waits for that.
+CUDAOPS_EXPORT Status ivf_load(const char* path, IvfIndex* index, cudaStream_t stream);
+
 }  // namespace cudaops

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <random>
@@ -584,6 +585,81 @@ std::vector<SearchCase> SearchCases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, IvfSearchCases, ::testing::ValuesIn(SearchCases()));
+
+/// The k best of `queries` against `index`, host copies (scores then ids as doubles).
+std::vector<double> SearchOn(const IvfIndex& index, const HostArray& queries, int64_t q_heads,
+                             int64_t n_queries, int64_t k, int64_t n_probe) {
+  IvfQueries q;
+  q.q_heads = q_heads;
+  q.n_queries = n_queries;
+  IvfSearchParams params;
+  params.k = k;
+  params.n_probe = n_probe;
+  size_t bytes = 0;
+  EXPECT_TRUE(ivf_search_workspace_size(index, q, params, &bytes).ok());
+  const int64_t results = q_heads * n_queries * k;
+  DeviceBuffer d_queries, scores, ids, workspace;
+  EXPECT_TRUE(d_queries.allocate(queries.size_bytes()).ok() && scores.allocate(results * 4).ok() &&
+              ids.allocate(results * 8).ok() &&
+              workspace.allocate(static_cast<int64_t>(bytes)).ok());
+  cudaMemcpy(d_queries.get(), queries.data(), static_cast<size_t>(queries.size_bytes()),
+             cudaMemcpyHostToDevice);
+  q.data = d_queries.get();
+  EXPECT_TRUE(ivf_search(index, q, params, scores.as<float>(), ids.as<int64_t>(), workspace.get(),
+                         bytes, nullptr)
+                  .ok());
+  const std::vector<float> s = Copy<float>(scores.get(), results);
+  const std::vector<int64_t> i = Copy<int64_t>(ids.get(), results);
+  std::vector<double> out(s.begin(), s.end());
+  out.insert(out.end(), i.begin(), i.end());
+  return out;
+}
+
+// Saved and loaded into an index with room to spare: the same search results, bit for bit.
+TEST(IvfFile, SaveLoadSearchesTheSame) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
+  SearchCase c;
+  c.build.heads = 2;
+  c.build.seq = 1200;
+  c.build.dim = 64;
+  c.build.clusters = 24;
+  c.build.segments = 2;
+  c.q_heads = 4;
+  c.n_queries = 2;
+  const HostArray keys = Keys(c.build, 21);
+  DeviceIndex dev;
+  ASSERT_TRUE(BuildKept(c.build, keys, &dev));
+  char dir[] = "/tmp/cudaops-ivf-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/index.ivf";
+  ASSERT_TRUE(ivf_save(dev.index, path.c_str(), nullptr).ok());
+  IvfShape saved;
+  ASSERT_TRUE(ivf_saved_shape(path.c_str(), &saved).ok());
+  EXPECT_EQ(saved.capacity, 1200);
+  EXPECT_EQ(saved.max_clusters, 24);
+  IvfIndex loaded;
+  loaded.shape = saved;
+  loaded.shape.capacity += 100;
+  loaded.shape.max_clusters += 5;
+  IvfLayout layout;
+  ASSERT_TRUE(ivf_index_size(loaded.shape, &layout).ok());
+  DeviceBuffer buffer;
+  ASSERT_TRUE(buffer.allocate(static_cast<int64_t>(layout.bytes)).ok());
+  cudaMemset(buffer.get(), 0xff, layout.bytes);
+  loaded.data = buffer.get();
+  ASSERT_TRUE(ivf_load(path.c_str(), &loaded, nullptr).ok());
+  EXPECT_EQ(loaded.tokens, 1200);
+  EXPECT_EQ(loaded.n_clusters, 24);
+  const HostArray queries = Queries(c, keys, 5);
+  EXPECT_EQ(SearchOn(dev.index, queries, c.q_heads, c.n_queries, 30, 4),
+            SearchOn(loaded, queries, c.q_heads, c.n_queries, 30, 4));
+  // Too small an index for the file: refused, nothing loaded.
+  IvfIndex small = loaded;
+  small.shape.capacity = 1000;
+  EXPECT_EQ(ivf_load(path.c_str(), &small, nullptr).code(), StatusCode::kInvalidArgument);
+  const std::string command = std::string("rm -rf '") + dir + "'";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+}
 
 }  // namespace
 }  // namespace cudaops

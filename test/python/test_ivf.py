@@ -84,3 +84,39 @@ def test_every_cluster_probed_is_exact(dtype):
     assert torch.allclose(few.double()[real], torch.gather(exact, 2, few_ids.clamp(min=0))[real],
                           rtol=1e-4, atol=1e-3)
     assert bool(torch.all(few.double() <= want[..., :1] + 1e-3))
+
+
+def test_load_refuses_bad_files(tmp_path):
+    with pytest.raises(OSError, match=r"ivf_saved_shape"):
+        cudaops.ivf.load(tmp_path / "missing.ivf")
+    junk = tmp_path / "junk.ivf"
+    junk.write_bytes(b"\x89CUDAOPS" + b"\0" * 100)
+    junk.chmod(0o600)
+    with pytest.raises(OSError):
+        cudaops.ivf.load(junk)
+    with pytest.raises(TypeError):
+        cudaops.ivf.load(3.5)
+
+
+@requires_gpu
+def test_save_and_load_give_the_same_results(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    keys = _clustered(torch, 2, 1500, 64, torch.float16, 2)
+    values = torch.randn(2, 1500, 16, dtype=torch.float16, device="cuda")
+    index = cudaops.ivf.build_global(keys, values, 30, 3, n_iters=3)
+    queries = keys[:, :4, :].repeat(2, 1, 1).contiguous()
+    scores, ids = index.search(queries, 25, 5)
+    path = tmp_path / "index.ivf"
+    index.save(path)
+    again = cudaops.ivf.load(str(path))
+    assert again.n_clusters == 30 and again.size == 1500 and again.heads == 2
+    scores2, ids2 = again.search(queries, 25, 5)
+    torch.cuda.synchronize()
+    assert torch.equal(scores, scores2) and torch.equal(ids, ids2)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+    with pytest.raises(OSError, match=r"CRC|checksum"):
+        cudaops.ivf.load(path)

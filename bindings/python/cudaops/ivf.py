@@ -10,10 +10,12 @@ framework; ``queries`` are ``[q_heads, Q, dim]`` with ``q_heads`` a multiple of 
 segment by spherical k-means, all heads and segments in one batched call; a query scores its
 head's centroids, probes the ``n_probe`` best clusters and scores their tokens exactly. Results
 are arrays of the queries' kind: ``scores`` float32 and ``ids`` int64 token positions, best
-first, ``(-inf, -1)`` past the candidates.
+first, ``(-inf, -1)`` past the candidates. ``index.save(path)`` and ``cudaops.ivf.load(path)``
+write and read a checked, versioned file.
 """
 
 from ._core import IvfIndex as Index
 from ._core import ivf_build_global as build_global
+from ._core import ivf_load as load
 
-__all__ = ["Index", "build_global"]
+__all__ = ["Index", "build_global", "load"]

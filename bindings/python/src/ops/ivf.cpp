@@ -89,7 +89,64 @@ class PyIndex {
     check(status);
     return py::make_tuple(ctx.take_result(0, queries), ctx.take_result(1, queries));
   }
+
+  void save(py::handle path) const {
+    const std::string file = py::str(py::module_::import("os").attr("fspath")(path));
+    DeviceGuard guard(device, "Index.save");
+    py::cast<const Array&>(buffer).order_before(cudaStreamLegacy);
+    Status status;
+    {
+      py::gil_scoped_release nogil;
+      status = ivf_save(index, file.c_str(), cudaStreamLegacy);
+    }
+    check(status);
+  }
 };
+
+PyIndex load(py::handle path, py::handle device_obj) {
+  constexpr const char* kOp = "ivf.load";
+  const std::string file = py::str(py::module_::import("os").attr("fspath")(path));
+  IvfShape shape;
+  check(ivf_saved_shape(file.c_str(), &shape));  // the file's header and table, checked
+  int device = 0;
+  if (device_obj.is_none()) {
+    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      check(Status(StatusCode::kCudaError,
+                   std::string(kOp) + ": no CUDA device: " + cudaGetErrorString(e)));
+    }
+  } else {
+    const int64_t d = int_arg(device_obj, kOp, "device");
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();
+      count = 0;
+    }
+    if (d < 0 || d >= count) {
+      throw py::value_error(std::string(kOp) + ": device must be from 0 to " +
+                            std::to_string(count - 1) + ", got " + std::to_string(d));
+    }
+    device = static_cast<int>(d);
+  }
+  DeviceGuard guard(device, kOp);
+  IvfLayout layout;
+  check(ivf_index_size(shape, &layout));
+  auto array = std::make_unique<Array>(std::vector<int64_t>{static_cast<int64_t>(layout.bytes / 4)},
+                                       DType::kInt32, device, cudaStreamLegacy, kOp);
+  PyIndex out;
+  out.index.shape = shape;
+  out.index.data = array->data();
+  out.device = device;
+  Status status;
+  {
+    py::gil_scoped_release nogil;
+    status = ivf_load(file.c_str(), &out.index, cudaStreamLegacy);
+  }
+  check(status);
+  array->mark_ready(cudaStreamLegacy, kOp);
+  out.buffer = py::cast(std::move(array));
+  return out;
+}
 
 PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_obj,
                      py::handle n_segments_obj, py::handle n_iters_obj, bool global_pass,
@@ -163,6 +220,10 @@ query probes the n_probe clusters of the largest q . c and scores their tokens e
 fewer than k candidates the rest is (-inf, -1). max_candidates bounds the candidates kept per
 query (None: every token; candidates past the bound are dropped). The index must stay alive
 until the search's work is done, as any input array.)doc")
+      .def("save", &PyIndex::save, py::arg("path"),
+           R"doc(Writes the index to `path` (str or os.PathLike): its tokens and clusters as a
+versioned file of named arrays with a CRC-32 each, written to a temporary file renamed into place.
+Waits for the index's work.)doc")
       .def_property_readonly("n_clusters",
                              [](const PyIndex& self) { return self.index.n_clusters; })
       .def_property_readonly(
@@ -181,6 +242,11 @@ until the search's work is done, as any input array.)doc")
                " n_clusters=" + std::to_string(self.index.n_clusters) + " " +
                dtype_name(self.index.shape.dtype) + " device=" + std::to_string(self.device) + ">";
       });
+  m.def("ivf_load", &load, py::arg("path"), py::arg("device") = py::none(),
+        R"doc(An index saved by Index.save, on `device` (None: the current device). A file that is
+not a regular file of this user's that no one else can write, or that is truncated, corrupted, of
+another byte order or a newer version, or whose contents disagree (cluster ranges, sizes, token
+ids), is refused with OSError; nothing is loaded. The index holds exactly the file's tokens.)doc");
   m.def("ivf_build_global", &build_global, py::arg("keys"), py::arg("values"),
         py::arg("n_clusters"), py::arg("n_segments"), py::arg("n_iters") = 10,
         py::arg("global_pass") = true, py::kw_only(), py::arg("stream") = py::none(),
