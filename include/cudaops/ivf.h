@@ -92,6 +92,29 @@ CUDAOPS_EXPORT Status ivf_build(const IvfInput& input, const IvfBuildParams& par
                                 IvfIndex* index, void* d_workspace, size_t workspace_bytes,
                                 cudaStream_t stream);
 
+// Extension (decoding): T new tokens per head, appended as a segment of their own clustered into
+// n_clusters new clusters (spherical k-means, centred by the head's mean as built, strided
+// initialisation); their positions continue the index's, their clusters follow its clusters. The
+// index's capacity must hold them (nothing is reallocated), so extensions can be captured in a
+// CUDA graph.
+
+/// How to extend.
+struct IvfExtendParams {
+  int64_t n_clusters = 0;  ///< new clusters per head, 1 to T
+  int n_iters = 10;        ///< spherical k-means iterations, >= 0
+};
+
+/// Bytes of workspace ivf_extend needs (no device needed); input.seq is T.
+CUDAOPS_EXPORT Status ivf_extend_workspace_size(const IvfIndex& index, const IvfInput& input,
+                                                const IvfExtendParams& params, size_t* bytes);
+
+/// Appends input's T tokens per head ([H, T, D] keys, [H, T, value_dim] values) to `index`;
+/// advances index->tokens and index->n_clusters. The workspace: ivf_extend_workspace_size bytes,
+/// 256-byte aligned.
+CUDAOPS_EXPORT Status ivf_extend(const IvfInput& input, const IvfExtendParams& params,
+                                 IvfIndex* index, void* d_workspace, size_t workspace_bytes,
+                                 cudaStream_t stream);
+
 // Search: query head g reads kv head g / (Hq / H) (grouped-query attention). Each query scores
 // the head's centroids (q . c, float32; empty clusters never probed), takes the n_probe best
 // (ties to the lower cluster), scores every token of those clusters exactly (q . k with the keys,

@@ -159,6 +159,54 @@ Status build_layout(const char* op, const IvfShape& s, int64_t seq, const IvfBui
   return Status();
 }
 
+/// The extension's sizes: every argument but the memory checked, the workspace laid out.
+Status extend_layout(const char* op, const IvfIndex& index, const IvfInput& input,
+                     const IvfExtendParams& params, ExtendLayout* l) {
+  const IvfShape& s = index.shape;
+  IvfLayout layout;
+  if (Status st = layout_of(op, s, &layout); !st.ok()) return st;
+  if (index.tokens < 1 || index.tokens > s.capacity || index.n_clusters < 1 ||
+      index.n_clusters > s.max_clusters) {
+    return invalid(op, "index holds " + std::to_string(index.tokens) + " tokens in " +
+                           std::to_string(index.n_clusters) +
+                           " clusters per head; expected a built index");
+  }
+  if (input.seq < 1 || input.seq > s.capacity - index.tokens) {
+    return invalid(op, "input.seq must be from 1 to the index's room (" +
+                           std::to_string(s.capacity - index.tokens) + " of capacity " +
+                           std::to_string(s.capacity) + "), got " + std::to_string(input.seq));
+  }
+  if (params.n_clusters < 1 || params.n_clusters > input.seq ||
+      params.n_clusters > s.max_clusters - index.n_clusters) {
+    return invalid(op, "params.n_clusters must be from 1 to min(input.seq (" +
+                           std::to_string(input.seq) + "), the index's room for clusters (" +
+                           std::to_string(s.max_clusters - index.n_clusters) + ")), got " +
+                           std::to_string(params.n_clusters));
+  }
+  if (params.n_iters < 0) {
+    return invalid(op, "params.n_iters must be >= 0, got " + std::to_string(params.n_iters));
+  }
+  Pieces p;
+  l->centroids = p.add({s.heads, params.n_clusters, s.dim, 4});
+  l->labels = p.add({s.heads, input.seq, 4});
+  l->counts = p.add({s.heads, params.n_clusters, 4});
+  l->starts = p.add({s.heads, params.n_clusters, 4});
+  l->perm = p.add({s.heads, input.seq, 4});
+  if (p.overflow) return invalid(op, "the workspace size overflows");
+  size_t fit = 0;
+  if (Status st =
+          kmeans_workspace_size(head_points(s, nullptr, input.seq),
+                                segment_params(params.n_clusters, params.n_iters, nullptr), &fit);
+      !st.ok()) {
+    return st;
+  }
+  l->kmeans_bytes = fit;
+  l->kmeans = p.add({static_cast<int64_t>(fit)});
+  l->bytes = p.offset;
+  if (p.overflow) return invalid(op, "the workspace size overflows");
+  return Status();
+}
+
 /// The search's sizes: every argument but the memory checked, the workspace laid out.
 Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
                      const IvfSearchParams& params, int64_t* max_candidates, SearchLayout* l) {
@@ -612,6 +660,87 @@ Status ivf_load(const char* path, IvfIndex* index, cudaStream_t stream) {
   index->tokens = n;
   index->n_clusters = c;
   return Status();
+}
+
+}  // namespace cudaops
+
+namespace cudaops {
+
+Status ivf_extend_workspace_size(const IvfIndex& index, const IvfInput& input,
+                                 const IvfExtendParams& params, size_t* bytes) {
+  constexpr const char* kOp = "ivf_extend_workspace_size";
+  if (bytes == nullptr) return detail::ivf::invalid(kOp, "bytes must not be null");
+  detail::ivf::ExtendLayout l;
+  if (Status s = detail::ivf::extend_layout(kOp, index, input, params, &l); !s.ok()) return s;
+  *bytes = l.bytes;
+  return Status();
+}
+
+Status ivf_extend(const IvfInput& input, const IvfExtendParams& params, IvfIndex* index,
+                  void* d_workspace, size_t workspace_bytes, cudaStream_t stream) {
+  constexpr const char* kOp = "ivf_extend";
+  if (index == nullptr) return detail::ivf::invalid(kOp, "index must not be null");
+  detail::ivf::ExtendLayout l;
+  if (Status s = detail::ivf::extend_layout(kOp, *index, input, params, &l); !s.ok()) return s;
+  IvfLayout layout;
+  if (Status s = detail::ivf::layout_of(kOp, index->shape, &layout); !s.ok()) return s;
+  const IvfShape& shape = index->shape;
+  if (index->data == nullptr) return detail::ivf::invalid(kOp, "index->data must not be null");
+  if (reinterpret_cast<uintptr_t>(index->data) % 256 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_extend: index->data must be 256-byte aligned");
+  }
+  if (input.keys == nullptr) return detail::ivf::invalid(kOp, "input.keys must not be null");
+  if (reinterpret_cast<uintptr_t>(input.keys) % 16 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_extend: input.keys must be 16-byte aligned");
+  }
+  if ((input.values == nullptr) != (shape.value_dim == 0)) {
+    return detail::ivf::invalid(kOp, shape.value_dim == 0
+                                         ? "input.values must be null: the index keeps no values"
+                                         : "input.values must not be null: the index keeps values");
+  }
+  if (input.values != nullptr && reinterpret_cast<uintptr_t>(input.values) % 16 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_extend: input.values must be 16-byte aligned");
+  }
+  if (workspace_bytes < l.bytes) {
+    std::ostringstream text;
+    text << kOp << ": workspace_bytes " << workspace_bytes << " is below the " << l.bytes
+         << " bytes ivf_extend_workspace_size gives";
+    return Status(StatusCode::kWorkspaceTooSmall, text.str());
+  }
+  if (d_workspace == nullptr) return detail::ivf::invalid(kOp, "d_workspace must not be null");
+  if (reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
+    return Status(StatusCode::kMisaligned, "ivf_extend: d_workspace must be 256-byte aligned");
+  }
+  const size_t key_bytes = static_cast<size_t>(shape.heads * input.seq * shape.dim) * 2;
+  const size_t value_bytes = static_cast<size_t>(shape.heads * input.seq * shape.value_dim) * 2;
+  if (Status s = detail::check_overlaps(
+          kOp, {detail::byte_region("input.keys", input.keys, key_bytes, false),
+                detail::byte_region("input.values", input.values, value_bytes, false),
+                detail::byte_region("index->data", index->data, layout.bytes, true),
+                detail::byte_region("d_workspace", d_workspace, l.bytes, true)});
+      !s.ok())
+    return s;
+  detail::ivf::ExtendCall call;
+  call.shape = shape;
+  call.index = layout;
+  call.buffer = static_cast<unsigned char*>(index->data);
+  call.tokens = index->tokens;
+  call.n_clusters = index->n_clusters;
+  call.seq = input.seq;
+  call.n_new = params.n_clusters;
+  call.n_iters = params.n_iters;
+  call.keys = input.keys;
+  call.values = input.values;
+  call.workspace = static_cast<unsigned char*>(d_workspace);
+  call.layout = l;
+  Status s = shape.dtype == DType::kFloat16
+                 ? detail::ivf::launch_extend<__half>(call, stream)
+                 : detail::ivf::launch_extend<__nv_bfloat16>(call, stream);
+  if (s.ok()) {
+    index->tokens += input.seq;
+    index->n_clusters += params.n_clusters;
+  }
+  return s;
 }
 
 }  // namespace cudaops

@@ -95,30 +95,46 @@ __global__ void segment_labels_kernel(int32_t* labels, int64_t heads, int64_t se
   labels[r] += static_cast<int32_t>(g * per_segment);
 }
 
-/// A warp per (head, cluster slot): CSR offsets and sizes, the largest size, the centroids in
-/// float32 and in T; slots past the clusters are empty (offset seq, zero centroid).
+/// Where a call's clusters and tokens go in the index: its clusters at slots first_slot on, its
+/// tokens at places (and positions) token_base on; the slots after them empty, starting at end.
+struct Placement {
+  int64_t heads = 0;
+  int64_t n_new = 0;       // clusters of this call per head
+  int64_t first_slot = 0;  // of the first of them
+  int64_t max_clusters = 0;
+  int64_t token_base = 0;  // tokens held before the call
+  int64_t n_tokens = 0;    // tokens of this call per head
+  int64_t end = 0;         // token_base + n_tokens
+  int64_t capacity = 0;
+};
+
+/// A warp per (head, slot from first_slot on): CSR offsets and sizes, the largest size, the
+/// centroids in float32 and in T; slots past the call's clusters empty (offset end, zero
+/// centroid).
 template <typename T>
 __global__ void __launch_bounds__(256)
     clusters_kernel(const float* centroids, const int32_t* counts, const int32_t* starts,
-                    int64_t heads, int64_t n_clusters, int64_t max_clusters, int d, int64_t seq,
-                    float* out_centroids, T* out_lp, int64_t* offsets, int32_t* sizes,
-                    int32_t* largest) {
+                    Placement at, int d, float* out_centroids, T* out_lp, int64_t* offsets,
+                    int32_t* sizes, int32_t* largest) {
   const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (item >= heads * max_clusters) return;
-  const int64_t h = item / max_clusters, j = item % max_clusters;
-  const bool held = j < n_clusters;
+  const int64_t slots = at.max_clusters - at.first_slot;
+  if (item >= at.heads * slots) return;
+  const int64_t h = item / slots, local = item % slots, j = at.first_slot + local;
+  const int64_t slot = h * at.max_clusters + j;
+  const bool held = local < at.n_new;
   if (lane == 0) {
-    const int32_t count = held ? counts[h * n_clusters + j] : 0;
-    offsets[h * (max_clusters + 1) + j] = held ? starts[h * n_clusters + j] : seq;
-    sizes[item] = count;
+    const int32_t count = held ? counts[h * at.n_new + local] : 0;
+    offsets[h * (at.max_clusters + 1) + j] =
+        held ? at.token_base + starts[h * at.n_new + local] : at.end;
+    sizes[slot] = count;
     atomicMax(largest, count);
-    if (j == max_clusters - 1) offsets[h * (max_clusters + 1) + max_clusters] = seq;
+    if (j == at.max_clusters - 1) offsets[h * (at.max_clusters + 1) + at.max_clusters] = at.end;
   }
   for (int e = lane; e < d; e += 32) {
-    const float v = held ? centroids[(h * n_clusters + j) * d + e] : 0.0f;
-    out_centroids[item * d + e] = v;
-    out_lp[item * d + e] = from_float<T>(v);
+    const float v = held ? centroids[(h * at.n_new + local) * d + e] : 0.0f;
+    out_centroids[slot * d + e] = v;
+    out_lp[slot * d + e] = from_float<T>(v);
   }
 }
 
@@ -130,48 +146,94 @@ __device__ __forceinline__ void copy_row(const void* from, void* to, int pieces,
     dst[q] = __ldg(src + q);
 }
 
-/// A warp per (head, place in cluster order): the token's id, key and value copied there, in
-/// 16-byte pieces.
+/// A warp per (head, place in the call's cluster order): the token's position, key and value
+/// copied there, in 16-byte pieces.
 template <typename T>
 __global__ void __launch_bounds__(256)
-    gather_kernel(const int32_t* perm, const T* keys, const T* values, int64_t heads, int64_t seq,
-                  int64_t capacity, int d, int value_dim, int32_t* ids, T* out_keys,
-                  T* out_values) {
+    gather_kernel(const int32_t* perm, const T* keys, const T* values, Placement at, int d,
+                  int value_dim, int32_t* ids, T* out_keys, T* out_values) {
   const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (item >= heads * seq) return;
-  const int64_t h = item / seq, place = item % seq;
+  if (item >= at.heads * at.n_tokens) return;
+  const int64_t h = item / at.n_tokens, place = item % at.n_tokens;
   const int32_t t = perm[item];
-  const int64_t to = h * capacity + place, from = h * seq + t;
-  if (lane == 0) ids[to] = t;
+  const int64_t to = h * at.capacity + at.token_base + place, from = h * at.n_tokens + t;
+  if (lane == 0) ids[to] = static_cast<int32_t>(at.token_base + t);
   copy_row(keys + from * d, out_keys + to * d, d / 8, lane);  // 8 values of 16 bits per piece
   if (value_dim > 0)
     copy_row(values + from * value_dim, out_values + to * value_dim, value_dim / 8, lane);
 }
 
-/// A warp per (head, cluster slot): the sum of its values in cluster order (float32, one lane
-/// per column, the same order every run); zero for slots past the clusters.
+/// A warp per (head, slot from first_slot on): the sum of its values in cluster order (float32,
+/// one lane per column, the same order every run); zero for slots past the call's clusters.
 template <typename T>
 __global__ void __launch_bounds__(256)
-    value_sums_kernel(const T* values, const int32_t* counts, const int32_t* starts, int64_t heads,
-                      int64_t n_clusters, int64_t max_clusters, int64_t capacity, int value_dim,
-                      float* sums) {
+    value_sums_kernel(const T* values, const int32_t* counts, const int32_t* starts, Placement at,
+                      int value_dim, float* sums) {
   const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (item >= heads * max_clusters) return;
-  const int64_t h = item / max_clusters, j = item % max_clusters;
-  const int64_t first = j < n_clusters ? starts[h * n_clusters + j] : 0;
-  const int64_t count = j < n_clusters ? counts[h * n_clusters + j] : 0;
+  const int64_t slots = at.max_clusters - at.first_slot;
+  if (item >= at.heads * slots) return;
+  const int64_t h = item / slots, local = item % slots;
+  const int64_t slot = h * at.max_clusters + at.first_slot + local;
+  const bool held = local < at.n_new;
+  const int64_t first = held ? at.token_base + starts[h * at.n_new + local] : 0;
+  const int64_t count = held ? counts[h * at.n_new + local] : 0;
   for (int e = lane; e < value_dim; e += 32) {
     float s = 0.0f;
     for (int64_t r = 0; r < count; ++r)
-      s += to_float(values[(h * capacity + first + r) * value_dim + e]);
-    sums[item * value_dim + e] = s;
+      s += to_float(values[(h * at.capacity + first + r) * value_dim + e]);
+    sums[slot * value_dim + e] = s;
   }
 }
 
 Status launched(cudaStream_t stream) {
   return check_launch(kOp, stream);
+}
+
+/// The index's clusters and tokens of one call (build or extend): CSR, centroids, ids, keys,
+/// values and value sums, as `place` puts them.
+template <typename T>
+Status write_index(const IvfLayout& layout, unsigned char* ix, const Placement& place, int d,
+                   int value_dim, const float* centroids, const int32_t* counts,
+                   const int32_t* starts, const int32_t* perm, const T* keys, const T* values,
+                   cudaStream_t stream) {
+  const int64_t slots = place.heads * (place.max_clusters - place.first_slot);
+  clusters_kernel<T><<<blocks_for(slots, 8), 256, 0, stream>>>(
+      centroids, counts, starts, place, d, at<float>(ix, layout.centroids),
+      at<T>(ix, layout.centroids_lp), at<int64_t>(ix, layout.offsets),
+      at<int32_t>(ix, layout.sizes), at<int32_t>(ix, layout.largest));
+  if (Status st = launched(stream); !st.ok()) return st;
+  T* out_values = value_dim > 0 ? at<T>(ix, layout.values) : nullptr;
+  gather_kernel<T><<<blocks_for(place.heads * place.n_tokens, 8), 256, 0, stream>>>(
+      perm, keys, values, place, d, value_dim, at<int32_t>(ix, layout.ids), at<T>(ix, layout.keys),
+      out_values);
+  if (Status st = launched(stream); !st.ok()) return st;
+  if (value_dim > 0) {
+    value_sums_kernel<T><<<blocks_for(slots, 8), 256, 0, stream>>>(
+        out_values, counts, starts, place, value_dim, at<float>(ix, layout.value_sums));
+    if (Status st = launched(stream); !st.ok()) return st;
+  }
+  return Status();
+}
+
+/// Each problem's rows grouped by label, ascending within one (k-means' stable sort, a block per
+/// problem): counts and starts per cluster, perm the rows in cluster order.
+template <typename T>
+Status group_by_cluster(const KmeansPoints& rows, const int32_t* labels, int64_t k, int32_t* counts,
+                        int32_t* starts, int32_t* perm, cudaStream_t stream) {
+  const auto sort = kmeans::sort_kernel<T>;
+  const size_t smem = static_cast<size_t>(k) * sizeof(int32_t);
+  if (smem > 48 * 1024) {
+    if (const cudaError_t e = cudaFuncSetAttribute(
+            sort, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        e != cudaSuccess) {
+      return cuda_status(e, kOp, "setting the shared-memory size");
+    }
+  }
+  sort<<<static_cast<unsigned>(rows.batch), kmeans::kSortThreads, smem, stream>>>(
+      rows_of<T>(rows), labels, k, kmeans::sort_bits(k), counts, starts, perm);
+  return launched(stream);
 }
 
 }  // namespace
@@ -231,48 +293,71 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
   }
 
   // Each head's tokens by cluster, ascending within one.
-  const KmeansPoints heads = head_points(s, keys, call.seq);
-  const auto sort = kmeans::sort_kernel<T>;
-  const size_t smem = static_cast<size_t>(call.n_clusters) * sizeof(int32_t);
-  if (smem > 48 * 1024) {
-    if (const cudaError_t e = cudaFuncSetAttribute(
-            sort, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        e != cudaSuccess) {
-      return cuda_status(e, kOp, "setting the shared-memory size");
-    }
+  if (Status st = group_by_cluster<T>(head_points(s, keys, call.seq), labels, call.n_clusters,
+                                      counts, starts, perm, stream);
+      !st.ok()) {
+    return st;
   }
-  sort<<<static_cast<unsigned>(s.heads), kmeans::kSortThreads, smem, stream>>>(
-      rows_of<T>(heads), labels, call.n_clusters, kmeans::sort_bits(call.n_clusters), counts,
-      starts, perm);
-  if (Status st = launched(stream); !st.ok()) return st;
 
   int32_t* largest = at<int32_t>(ix, call.index.largest);
   if (const cudaError_t e = cudaMemsetAsync(largest, 0, sizeof(int32_t), stream);
       e != cudaSuccess) {
     return cuda_status(e, kOp, "clearing the largest cluster's size");
   }
-  const int64_t slots = s.heads * s.max_clusters;
-  clusters_kernel<T><<<blocks_for(slots, 8), 256, 0, stream>>>(
-      centroids, counts, starts, s.heads, call.n_clusters, s.max_clusters, d, call.seq,
-      at<float>(ix, call.index.centroids), at<T>(ix, call.index.centroids_lp),
-      at<int64_t>(ix, call.index.offsets), at<int32_t>(ix, call.index.sizes), largest);
-  if (Status st = launched(stream); !st.ok()) return st;
-  T* out_values = s.value_dim > 0 ? at<T>(ix, call.index.values) : nullptr;
-  gather_kernel<T><<<blocks_for(s.heads * call.seq, 8), 256, 0, stream>>>(
-      perm, keys, static_cast<const T*>(call.values), s.heads, call.seq, s.capacity, d,
-      static_cast<int>(s.value_dim), at<int32_t>(ix, call.index.ids), at<T>(ix, call.index.keys),
-      out_values);
-  if (Status st = launched(stream); !st.ok()) return st;
-  if (s.value_dim > 0) {
-    value_sums_kernel<T><<<blocks_for(slots, 8), 256, 0, stream>>>(
-        out_values, counts, starts, s.heads, call.n_clusters, s.max_clusters, s.capacity,
-        static_cast<int>(s.value_dim), at<float>(ix, call.index.value_sums));
-    if (Status st = launched(stream); !st.ok()) return st;
-  }
-  return Status();
+  Placement place;
+  place.heads = s.heads;
+  place.n_new = call.n_clusters;
+  place.max_clusters = s.max_clusters;
+  place.n_tokens = call.seq;
+  place.end = call.seq;
+  place.capacity = s.capacity;
+  return write_index<T>(call.index, ix, place, d, static_cast<int>(s.value_dim), centroids, counts,
+                        starts, perm, keys, static_cast<const T*>(call.values), stream);
 }
 
-#define CUDAOPS_IVF_INSTANTIATE(T) \
-  template Status launch_build<T>(const BuildCall& call, cudaStream_t stream);
+template <typename T>
+Status launch_extend(const ExtendCall& call, cudaStream_t stream) {
+  const IvfShape& s = call.shape;
+  const ExtendLayout& w = call.layout;
+  unsigned char* ws = call.workspace;
+  unsigned char* ix = call.buffer;
+  float* centroids = at<float>(ws, w.centroids);
+  int32_t* labels = at<int32_t>(ws, w.labels);
+  int32_t* counts = at<int32_t>(ws, w.counts);
+  int32_t* starts = at<int32_t>(ws, w.starts);
+  int32_t* perm = at<int32_t>(ws, w.perm);
+  const T* keys = static_cast<const T*>(call.keys);
+  // The new tokens of every head as one problem each, centred by the head's mean as built.
+  const KmeansPoints points = head_points(s, keys, call.seq);
+  KmeansResult fit;
+  fit.centroids = centroids;
+  fit.labels = labels;
+  if (Status st = cudaops::kmeans(
+          points, segment_params(call.n_new, call.n_iters, at<float>(ix, call.index.means)), fit,
+          ws + w.kmeans, w.kmeans_bytes, stream);
+      !st.ok()) {
+    return st;
+  }
+  if (Status st = group_by_cluster<T>(points, labels, call.n_new, counts, starts, perm, stream);
+      !st.ok()) {
+    return st;
+  }
+  Placement place;
+  place.heads = s.heads;
+  place.n_new = call.n_new;
+  place.first_slot = call.n_clusters;
+  place.max_clusters = s.max_clusters;
+  place.token_base = call.tokens;
+  place.n_tokens = call.seq;
+  place.end = call.tokens + call.seq;
+  place.capacity = s.capacity;
+  return write_index<T>(call.index, ix, place, static_cast<int>(s.dim),
+                        static_cast<int>(s.value_dim), centroids, counts, starts, perm, keys,
+                        static_cast<const T*>(call.values), stream);
+}
+
+#define CUDAOPS_IVF_INSTANTIATE(T)                                             \
+  template Status launch_build<T>(const BuildCall& call, cudaStream_t stream); \
+  template Status launch_extend<T>(const ExtendCall& call, cudaStream_t stream);
 
 }  // namespace cudaops::detail::ivf

@@ -60,6 +60,35 @@ KmeansParams segment_params(int64_t per_segment, int n_iters, const float* means
 template <typename T>
 Status launch_build(const BuildCall& call, cudaStream_t stream);
 
+/// The workspace of an extension (byte offsets, each 256-byte aligned); T new tokens per head
+/// into c new clusters.
+struct ExtendLayout {
+  size_t centroids = 0;  // [H, c, D] float32
+  size_t labels = 0;     // [H, T] int32
+  size_t counts = 0;     // [H, c] int32
+  size_t starts = 0;     // [H, c] int32
+  size_t perm = 0;       // [H, T] int32
+  size_t kmeans = 0;
+  size_t kmeans_bytes = 0;
+  size_t bytes = 0;
+};
+
+struct ExtendCall {
+  IvfShape shape;
+  IvfLayout index;
+  unsigned char* buffer = nullptr;
+  int64_t tokens = 0, n_clusters = 0;  // held before the call
+  int64_t seq = 0, n_new = 0;          // new tokens and clusters per head
+  int n_iters = 0;
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  unsigned char* workspace = nullptr;
+  ExtendLayout layout;
+};
+
+template <typename T>
+Status launch_extend(const ExtendCall& call, cudaStream_t stream);
+
 /// The workspace of a search (byte offsets, each 256-byte aligned); R = Hq * Q query rows.
 struct SearchLayout {
   size_t cluster_scores = 0;  // [R, C] float32

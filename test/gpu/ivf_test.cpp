@@ -615,6 +615,85 @@ std::vector<double> SearchOn(const IvfIndex& index, const HostArray& queries, in
   return out;
 }
 
+// Built over the first tokens, extended by the rest: the new tokens in clusters of their own
+// after the built ones, positions continued; probing every cluster is exact search over all.
+TEST(IvfExtend, AppendsASegment) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SearchCase c;
+    c.build.dtype = dtype;
+    c.build.heads = 2;
+    c.build.seq = 1400;  // built: 1000, extended: 400
+    c.build.dim = 64;
+    c.q_heads = 4;
+    c.n_queries = 2;
+    const HostArray all = Keys(c.build, 31);
+    const int64_t built = 1000, added = 400, d = 64;
+    HostArray first(dtype, 2 * built * d), rest(dtype, 2 * added * d);
+    for (int64_t h = 0; h < 2; ++h) {
+      std::memcpy(static_cast<unsigned char*>(first.data()) + h * built * d * 2,
+                  static_cast<const unsigned char*>(all.data()) + h * 1400 * d * 2,
+                  static_cast<size_t>(built * d * 2));
+      std::memcpy(static_cast<unsigned char*>(rest.data()) + h * added * d * 2,
+                  static_cast<const unsigned char*>(all.data()) + (h * 1400 + built) * d * 2,
+                  static_cast<size_t>(added * d * 2));
+    }
+    Case b = c.build;
+    b.seq = built;
+    b.capacity = 1400;
+    b.clusters = 20;
+    b.segments = 2;
+    b.max_clusters = 28;
+    DeviceIndex dev;
+    ASSERT_TRUE(BuildKept(b, first, &dev));
+    DeviceBuffer d_rest, workspace;
+    ASSERT_TRUE(d_rest.allocate(rest.size_bytes()).ok());
+    cudaMemcpy(d_rest.get(), rest.data(), static_cast<size_t>(rest.size_bytes()),
+               cudaMemcpyHostToDevice);
+    IvfInput input;
+    input.keys = d_rest.get();
+    input.seq = added;
+    IvfExtendParams params;
+    params.n_clusters = 8;
+    params.n_iters = 3;
+    size_t bytes = 0;
+    ASSERT_TRUE(ivf_extend_workspace_size(dev.index, input, params, &bytes).ok());
+    ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
+    ASSERT_TRUE(ivf_extend(input, params, &dev.index, workspace.get(), bytes, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(dev.index.tokens, 1400);
+    EXPECT_EQ(dev.index.n_clusters, 28);
+    auto* base = static_cast<unsigned char*>(dev.buffer.get());
+    const auto offsets = Copy<int64_t>(base + dev.layout.offsets, 2 * 29);
+    const auto ids = Copy<int32_t>(base + dev.layout.ids, 2 * 1400);
+    for (int64_t h = 0; h < 2; ++h) {
+      EXPECT_EQ(offsets[h * 29 + 20], built) << "head " << h;
+      EXPECT_EQ(offsets[h * 29 + 28], 1400) << "head " << h;
+      std::vector<int> seen(1400, 0);
+      for (int64_t p = 0; p < 1400; ++p) {
+        const int32_t t = ids[h * 1400 + p];
+        ASSERT_TRUE(t >= 0 && t < 1400);
+        ++seen[t];
+        EXPECT_EQ(p < built, t < built) << "head " << h << " place " << p << ": token " << t;
+      }
+      for (int count : seen)
+        EXPECT_EQ(count, 1);
+    }
+    // Every cluster probed: exact search over all 1400 tokens.
+    ref::IvfShape shape;
+    shape.heads = 2;
+    shape.seq = 1400;
+    shape.dim = d;
+    const HostArray queries = Queries(c, all, 9);
+    const ref::IvfSearchReference want =
+        ref::exact_search(all, queries, shape, c.q_heads, c.n_queries, 30);
+    const std::vector<double> got = SearchOn(dev.index, queries, c.q_heads, c.n_queries, 30, 28);
+    for (size_t i = 0; i < want.scores.size(); ++i) {
+      EXPECT_NEAR(got[i], want.scores[i], 1e-3 * (1 + std::abs(want.scores[i]))) << i;
+    }
+  }
+}
+
 // Saved and loaded into an index with room to spare: the same search results, bit for bit.
 TEST(IvfFile, SaveLoadSearchesTheSame) {
   if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";

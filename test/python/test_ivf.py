@@ -120,3 +120,26 @@ def test_save_and_load_give_the_same_results(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(OSError, match=r"CRC|checksum"):
         cudaops.ivf.load(path)
+
+
+@requires_gpu
+def test_extend_appends_a_segment():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    keys = _clustered(torch, 2, 1400, 64, torch.float16, 4)
+    values = torch.randn(2, 1400, 16, dtype=torch.float16, device="cuda")
+    index = cudaops.ivf.build_global(keys[:, :1000].contiguous(), values[:, :1000].contiguous(),
+                                     20, 2, capacity=1400, max_clusters=28)
+    assert index.size == 1000 and index.n_clusters == 20
+    with pytest.raises(ValueError, match=r"params.n_clusters must be from 1 to min"):
+        index.extend(keys[:, 1000:].contiguous(), values[:, 1000:].contiguous(), 9)
+    index.extend(keys[:, 1000:].contiguous(), values[:, 1000:].contiguous(), 8, n_iters=3)
+    assert index.size == 1400 and index.n_clusters == 28
+    queries = keys[:, 1390:1394].repeat(2, 1, 1).contiguous()
+    scores, ids = index.search(queries, 20, 28)
+    kv = keys.double()[torch.arange(4) // 2]
+    exact = torch.einsum("gqd,gtd->gqt", queries.double(), kv)
+    want = exact.topk(20, dim=-1).values
+    assert torch.allclose(scores.double(), want, rtol=1e-4, atol=1e-3)
+    assert bool((ids >= 1000).any()), "the new tokens are found"

@@ -229,5 +229,38 @@ TEST(IvfSearchValidation, Memory) {
   EXPECT_TRUE(s.run(nullptr, nullptr).ok());
 }
 
+TEST(IvfExtendValidation, Room) {
+  IvfIndex index;
+  index.shape = Shape();  // capacity 5000, 96 clusters
+  index.data = fake(0x10000000);
+  index.tokens = 4096;
+  index.n_clusters = 64;
+  IvfInput input;
+  input.keys = fake(0x40000000);
+  input.values = fake(0x50000000);
+  input.seq = 904;  // all the room there is
+  IvfExtendParams params;
+  params.n_clusters = 16;
+  size_t bytes = 0;
+  EXPECT_TRUE(ivf_extend_workspace_size(index, input, params, &bytes).ok());
+  input.seq = 905;  // 904 tokens of room
+  EXPECT_TRUE(FailsWith(ivf_extend_workspace_size(index, input, params, &bytes),
+                        StatusCode::kInvalidArgument, {"input.seq", "room (904"}));
+  input.seq = 800;
+  params.n_clusters = 33;  // 32 clusters of room
+  EXPECT_TRUE(FailsWith(ivf_extend_workspace_size(index, input, params, &bytes),
+                        StatusCode::kInvalidArgument, {"params.n_clusters", "(32)"}));
+  params.n_clusters = 8;
+  input.values = nullptr;
+  EXPECT_TRUE(
+      FailsWith(ivf_extend(input, params, &index, fake(0x60000000), size_t{1} << 30, nullptr),
+                StatusCode::kInvalidArgument, {"ivf_extend", "input.values"}));
+  input.values = fake(0x50000000);
+  index.n_clusters = 0;
+  EXPECT_TRUE(
+      FailsWith(ivf_extend(input, params, &index, fake(0x60000000), size_t{1} << 30, nullptr),
+                StatusCode::kInvalidArgument, {"a built index"}));
+}
+
 }  // namespace
 }  // namespace cudaops

@@ -90,6 +90,59 @@ class PyIndex {
     return py::make_tuple(ctx.take_result(0, queries), ctx.take_result(1, queries));
   }
 
+  void extend(py::handle keys, py::handle values, py::handle n_clusters_obj, py::handle n_iters_obj,
+              py::handle stream) {
+    CallContext ctx("Index.extend", stream);
+    IvfExtendParams params;
+    params.n_clusters = int_arg(n_clusters_obj, ctx.op(), "n_clusters");
+    const int64_t n_iters = int_arg(n_iters_obj, ctx.op(), "n_iters");
+    if (n_iters < 0 || n_iters > (int64_t{1} << 30)) {
+      throw py::value_error("Index.extend: n_iters must be in [0, 2^30], got " +
+                            std::to_string(n_iters));
+    }
+    params.n_iters = static_cast<int>(n_iters);
+    ArrayView vk = ctx.import(keys, "keys", Access::kRead);
+    require_heads_tokens_dim(ctx, vk);
+    std::optional<ArrayView> vv;
+    if (!values.is_none()) {
+      vv = ctx.import(values, "values", Access::kRead);
+      require_heads_tokens_dim(ctx, *vv);
+    }
+    const IvfShape& s = index.shape;
+    if (vk.dtype != s.dtype || vk.shape[0] != s.heads || vk.shape[2] != s.dim) {
+      throw py::value_error("Index.extend: keys: expected [" + std::to_string(s.heads) +
+                            ", tokens, " + std::to_string(s.dim) + "] of " + dtype_name(s.dtype) +
+                            ", got shape " + shape_text(vk.shape) + " of " + dtype_name(vk.dtype));
+    }
+    if (vv && (vv->dtype != s.dtype || vv->shape[0] != s.heads || vv->shape[1] != vk.shape[1] ||
+               vv->shape[2] != s.value_dim)) {
+      throw py::value_error("Index.extend: values: expected [" + std::to_string(s.heads) + ", " +
+                            std::to_string(vk.shape[1]) + ", " + std::to_string(s.value_dim) +
+                            "] of " + dtype_name(s.dtype) + ", got shape " + shape_text(vv->shape));
+    }
+    IvfInput input;
+    input.seq = vk.shape[1];
+    size_t bytes = 0;
+    check(ivf_extend_workspace_size(index, input, params, &bytes));
+    const int at = ctx.prepare({&vk, vv ? &*vv : nullptr});
+    if (at != device) {
+      throw py::value_error("Index.extend: keys: is on CUDA device " + std::to_string(at) +
+                            " but the index is on CUDA device " + std::to_string(device));
+    }
+    py::cast<const Array&>(buffer).order_before(ctx.stream());
+    input.keys = vk.data;
+    input.values = vv ? vv->data : nullptr;
+    void* workspace = ctx.scratch(bytes);
+    Status status;
+    {
+      py::gil_scoped_release nogil;
+      status = ivf_extend(input, params, &index, workspace, bytes, ctx.stream());
+    }
+    check(status);
+    // Later work on other streams waits for this extension, as for the build.
+    py::cast<Array&>(buffer).mark_ready(ctx.stream(), ctx.op());
+  }
+
   void save(py::handle path) const {
     const std::string file = py::str(py::module_::import("os").attr("fspath")(path));
     DeviceGuard guard(device, "Index.save");
@@ -150,7 +203,7 @@ PyIndex load(py::handle path, py::handle device_obj) {
 
 PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_obj,
                      py::handle n_segments_obj, py::handle n_iters_obj, bool global_pass,
-                     py::handle stream) {
+                     py::handle capacity_obj, py::handle max_clusters_obj, py::handle stream) {
   CallContext ctx("ivf.build_global", stream);
   IvfBuildParams params;
   params.n_clusters = int_arg(n_clusters_obj, ctx.op(), "n_clusters");
@@ -180,8 +233,11 @@ PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_o
   shape.heads = vk.shape[0];
   shape.dim = vk.shape[2];
   shape.value_dim = vv ? vv->shape[2] : 0;
-  shape.capacity = vk.shape[1];
-  shape.max_clusters = params.n_clusters;
+  shape.capacity =
+      capacity_obj.is_none() ? vk.shape[1] : int_arg(capacity_obj, ctx.op(), "capacity");
+  shape.max_clusters = max_clusters_obj.is_none()
+                           ? params.n_clusters
+                           : int_arg(max_clusters_obj, ctx.op(), "max_clusters");
   shape.dtype = vk.dtype;
   IvfInput input;
   input.seq = vk.shape[1];
@@ -220,6 +276,12 @@ query probes the n_probe clusters of the largest q . c and scores their tokens e
 fewer than k candidates the rest is (-inf, -1). max_candidates bounds the candidates kept per
 query (None: every token; candidates past the bound are dropped). The index must stay alive
 until the search's work is done, as any input array.)doc")
+      .def("extend", &PyIndex::extend, py::arg("keys"), py::arg("values"), py::arg("n_clusters"),
+           py::arg("n_iters") = 10, py::kw_only(), py::arg("stream") = py::none(),
+           R"doc(Appends keys [heads, T, dim] (and values [heads, T, value_dim], or None for an
+index of keys alone) as a segment of their own, clustered into n_clusters new clusters by
+spherical k-means centred by each head's mean as built; their positions continue the index's.
+The index must have room (build_global's capacity and max_clusters): nothing is reallocated.)doc")
       .def("save", &PyIndex::save, py::arg("path"),
            R"doc(Writes the index to `path` (str or os.PathLike): its tokens and clusters as a
 versioned file of named arrays with a CRC-32 each, written to a temporary file renamed into place.
@@ -249,14 +311,17 @@ another byte order or a newer version, or whose contents disagree (cluster range
 ids), is refused with OSError; nothing is loaded. The index holds exactly the file's tokens.)doc");
   m.def("ivf_build_global", &build_global, py::arg("keys"), py::arg("values"),
         py::arg("n_clusters"), py::arg("n_segments"), py::arg("n_iters") = 10,
-        py::arg("global_pass") = true, py::kw_only(), py::arg("stream") = py::none(),
+        py::arg("global_pass") = true, py::kw_only(), py::arg("capacity") = py::none(),
+        py::arg("max_clusters") = py::none(), py::arg("stream") = py::none(),
         R"doc(An IVF-Flat index over keys [heads, tokens, dim] (float16 or bfloat16, C-contiguous,
 dim a multiple of 8 up to 512) and values [heads, tokens, value_dim] of the same dtype, or None.
 Each head's keys are centred by its mean; its tokens split into n_segments contiguous segments
 (as numpy.array_split splits them), each clustered on its own into n_clusters / n_segments
 clusters by spherical k-means (n_iters iterations, strided initialisation), every segment of
 every head in one call; with global_pass every token then joins the cluster of its largest inner
-product among all of its head's clusters. Runs on `stream`, ordered after the inputs' producers.)doc");
+product among all of its head's clusters. capacity and max_clusters (None: the tokens and clusters
+built) reserve room per head for Index.extend. Runs on `stream`, ordered after the inputs'
+producers.)doc");
 }
 
 }  // namespace cudaops::python
