@@ -99,6 +99,8 @@ run_python_benches() {
   cp "$log/topk-torch.log" "$log/topk_torch.md"
   PYTHONPATH=$1 step kmeans-torch "$py" bench/kmeans_torch.py
   cp "$log/kmeans-torch.log" "$log/kmeans_torch.md"
+  PYTHONPATH=$1 step ivf-torch "$py" bench/ivf_torch.py
+  cp "$log/ivf-torch.log" "$log/ivf_torch.md"
 }
 
 # The benches alone, for a results table: the CLI and the module from one `gpu` build tree.
@@ -232,7 +234,7 @@ if [ -f "$log/bench.json" ]; then
   rm -f "$log/RESULTS.md"
   [ -f bench/RESULTS.md ] && cp bench/RESULTS.md "$log/RESULTS.md"
   extras=()
-  for f in python_overhead rowwise_torch topk_torch kmeans_torch jit multi_gpu; do
+  for f in python_overhead rowwise_torch topk_torch kmeans_torch ivf_torch jit multi_gpu; do
     [ -s "$log/$f.md" ] && extras+=("$log/$f.md")
   done
   stream_arg=()
