@@ -276,6 +276,47 @@ Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& qu
   return Status();
 }
 
+/// The memory of a build or an extension: the index's buffer, the input's keys and values, the
+/// workspace (`needed` bytes, as `query` gives), none overlapping another that is written.
+Status check_input_memory(const char* op, const IvfIndex& index, const IvfInput& input,
+                          size_t index_bytes, void* workspace, size_t workspace_bytes,
+                          size_t needed, const char* query) {
+  const IvfShape& shape = index.shape;
+  const std::string o(op);
+  if (index.data == nullptr) return invalid(op, "index->data must not be null");
+  if (reinterpret_cast<uintptr_t>(index.data) % 256 != 0) {
+    return Status(StatusCode::kMisaligned, o + ": index->data must be 256-byte aligned");
+  }
+  if (input.keys == nullptr) return invalid(op, "input.keys must not be null");
+  if (reinterpret_cast<uintptr_t>(input.keys) % 16 != 0) {
+    return Status(StatusCode::kMisaligned, o + ": input.keys must be 16-byte aligned");
+  }
+  if ((input.values == nullptr) != (shape.value_dim == 0)) {
+    return invalid(op, shape.value_dim == 0 ? "input.values must be null: shape.value_dim is 0"
+                                            : "input.values must not be null: shape.value_dim is " +
+                                                  std::to_string(shape.value_dim));
+  }
+  if (input.values != nullptr && reinterpret_cast<uintptr_t>(input.values) % 16 != 0) {
+    return Status(StatusCode::kMisaligned, o + ": input.values must be 16-byte aligned");
+  }
+  if (workspace_bytes < needed) {
+    std::ostringstream text;
+    text << op << ": workspace_bytes " << workspace_bytes << " is below the " << needed << " bytes "
+         << query << " gives";
+    return Status(StatusCode::kWorkspaceTooSmall, text.str());
+  }
+  if (workspace == nullptr) return invalid(op, "d_workspace must not be null");
+  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
+    return Status(StatusCode::kMisaligned, o + ": d_workspace must be 256-byte aligned");
+  }
+  const size_t key_bytes = static_cast<size_t>(shape.heads * input.seq * shape.dim) * 2;
+  const size_t value_bytes = static_cast<size_t>(shape.heads * input.seq * shape.value_dim) * 2;
+  return check_overlaps(op, {byte_region("input.keys", input.keys, key_bytes, false),
+                             byte_region("input.values", input.values, value_bytes, false),
+                             byte_region("index->data", index.data, index_bytes, true),
+                             byte_region("d_workspace", workspace, needed, true)});
+}
+
 }  // namespace
 
 KmeansPoints segment_points(const IvfShape& shape, const void* keys, int64_t seq,
@@ -350,40 +391,9 @@ Status ivf_build(const IvfInput& input, const IvfBuildParams& params, IvfIndex* 
   if (Status s = detail::ivf::check_params(kOp, shape, input.seq, params); !s.ok()) return s;
   BuildLayout ws;
   if (Status s = detail::ivf::build_layout(kOp, shape, input.seq, params, &ws); !s.ok()) return s;
-  if (index->data == nullptr) return detail::ivf::invalid(kOp, "index->data must not be null");
-  if (reinterpret_cast<uintptr_t>(index->data) % 256 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_build: index->data must be 256-byte aligned");
-  }
-  if (input.keys == nullptr) return detail::ivf::invalid(kOp, "input.keys must not be null");
-  if (reinterpret_cast<uintptr_t>(input.keys) % 16 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_build: input.keys must be 16-byte aligned");
-  }
-  if ((input.values == nullptr) != (shape.value_dim == 0)) {
-    return detail::ivf::invalid(kOp, shape.value_dim == 0
-                                         ? "input.values must be null: shape.value_dim is 0"
-                                         : "input.values must not be null: shape.value_dim is " +
-                                               std::to_string(shape.value_dim));
-  }
-  if (input.values != nullptr && reinterpret_cast<uintptr_t>(input.values) % 16 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_build: input.values must be 16-byte aligned");
-  }
-  if (workspace_bytes < ws.bytes) {
-    std::ostringstream text;
-    text << kOp << ": workspace_bytes " << workspace_bytes << " is below the " << ws.bytes
-         << " bytes ivf_build_workspace_size gives";
-    return Status(StatusCode::kWorkspaceTooSmall, text.str());
-  }
-  if (d_workspace == nullptr) return detail::ivf::invalid(kOp, "d_workspace must not be null");
-  if (reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_build: d_workspace must be 256-byte aligned");
-  }
-  const size_t key_bytes = static_cast<size_t>(shape.heads * input.seq * shape.dim) * 2;
-  const size_t value_bytes = static_cast<size_t>(shape.heads * input.seq * shape.value_dim) * 2;
-  if (Status s = detail::check_overlaps(
-          kOp, {detail::byte_region("input.keys", input.keys, key_bytes, false),
-                detail::byte_region("input.values", input.values, value_bytes, false),
-                detail::byte_region("index->data", index->data, layout.bytes, true),
-                detail::byte_region("d_workspace", d_workspace, ws.bytes, true)});
+  if (Status s =
+          detail::ivf::check_input_memory(kOp, *index, input, layout.bytes, d_workspace,
+                                          workspace_bytes, ws.bytes, "ivf_build_workspace_size");
       !s.ok())
     return s;
 
@@ -685,39 +695,9 @@ Status ivf_extend(const IvfInput& input, const IvfExtendParams& params, IvfIndex
   IvfLayout layout;
   if (Status s = detail::ivf::layout_of(kOp, index->shape, &layout); !s.ok()) return s;
   const IvfShape& shape = index->shape;
-  if (index->data == nullptr) return detail::ivf::invalid(kOp, "index->data must not be null");
-  if (reinterpret_cast<uintptr_t>(index->data) % 256 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_extend: index->data must be 256-byte aligned");
-  }
-  if (input.keys == nullptr) return detail::ivf::invalid(kOp, "input.keys must not be null");
-  if (reinterpret_cast<uintptr_t>(input.keys) % 16 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_extend: input.keys must be 16-byte aligned");
-  }
-  if ((input.values == nullptr) != (shape.value_dim == 0)) {
-    return detail::ivf::invalid(kOp, shape.value_dim == 0
-                                         ? "input.values must be null: the index keeps no values"
-                                         : "input.values must not be null: the index keeps values");
-  }
-  if (input.values != nullptr && reinterpret_cast<uintptr_t>(input.values) % 16 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_extend: input.values must be 16-byte aligned");
-  }
-  if (workspace_bytes < l.bytes) {
-    std::ostringstream text;
-    text << kOp << ": workspace_bytes " << workspace_bytes << " is below the " << l.bytes
-         << " bytes ivf_extend_workspace_size gives";
-    return Status(StatusCode::kWorkspaceTooSmall, text.str());
-  }
-  if (d_workspace == nullptr) return detail::ivf::invalid(kOp, "d_workspace must not be null");
-  if (reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_extend: d_workspace must be 256-byte aligned");
-  }
-  const size_t key_bytes = static_cast<size_t>(shape.heads * input.seq * shape.dim) * 2;
-  const size_t value_bytes = static_cast<size_t>(shape.heads * input.seq * shape.value_dim) * 2;
-  if (Status s = detail::check_overlaps(
-          kOp, {detail::byte_region("input.keys", input.keys, key_bytes, false),
-                detail::byte_region("input.values", input.values, value_bytes, false),
-                detail::byte_region("index->data", index->data, layout.bytes, true),
-                detail::byte_region("d_workspace", d_workspace, l.bytes, true)});
+  if (Status s =
+          detail::ivf::check_input_memory(kOp, *index, input, layout.bytes, d_workspace,
+                                          workspace_bytes, l.bytes, "ivf_extend_workspace_size");
       !s.ok())
     return s;
   detail::ivf::ExtendCall call;
