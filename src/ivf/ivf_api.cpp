@@ -159,18 +159,24 @@ Status build_layout(const char* op, const IvfShape& s, int64_t seq, const IvfBui
   return Status();
 }
 
+/// An index that holds tokens and clusters within its capacity (as ivf_build leaves it).
+Status check_held(const char* op, const IvfIndex& index) {
+  if (index.tokens < 1 || index.tokens > index.shape.capacity || index.n_clusters < 1 ||
+      index.n_clusters > index.shape.max_clusters) {
+    return invalid(op, "index holds " + std::to_string(index.tokens) + " tokens in " +
+                           std::to_string(index.n_clusters) +
+                           " clusters per head; expected a built index");
+  }
+  return Status();
+}
+
 /// The extension's sizes: every argument but the memory checked, the workspace laid out.
 Status extend_layout(const char* op, const IvfIndex& index, const IvfInput& input,
                      const IvfExtendParams& params, ExtendLayout* l) {
   const IvfShape& s = index.shape;
   IvfLayout layout;
   if (Status st = layout_of(op, s, &layout); !st.ok()) return st;
-  if (index.tokens < 1 || index.tokens > s.capacity || index.n_clusters < 1 ||
-      index.n_clusters > s.max_clusters) {
-    return invalid(op, "index holds " + std::to_string(index.tokens) + " tokens in " +
-                           std::to_string(index.n_clusters) +
-                           " clusters per head; expected a built index");
-  }
+  if (Status st = check_held(op, index); !st.ok()) return st;
   if (input.seq < 1 || input.seq > s.capacity - index.tokens) {
     return invalid(op, "input.seq must be from 1 to the index's room (" +
                            std::to_string(s.capacity - index.tokens) + " of capacity " +
@@ -213,12 +219,7 @@ Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& qu
   const IvfShape& s = index.shape;
   IvfLayout layout;
   if (Status st = layout_of(op, s, &layout); !st.ok()) return st;
-  if (index.tokens < 1 || index.tokens > s.capacity || index.n_clusters < 1 ||
-      index.n_clusters > s.max_clusters) {
-    return invalid(op, "index holds " + std::to_string(index.tokens) + " tokens in " +
-                           std::to_string(index.n_clusters) +
-                           " clusters per head; expected a built index");
-  }
+  if (Status st = check_held(op, index); !st.ok()) return st;
   if (queries.q_heads < 1 || queries.q_heads % s.heads != 0) {
     return invalid(op, "queries.q_heads (" + std::to_string(queries.q_heads) +
                            ") must be a positive multiple of the index's heads (" +
@@ -522,12 +523,7 @@ cudaError_t copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_p
 
 Status check_built(const char* op, const IvfIndex& index, IvfLayout* layout) {
   if (Status s = layout_of(op, index.shape, layout); !s.ok()) return s;
-  if (index.tokens < 1 || index.tokens > index.shape.capacity || index.n_clusters < 1 ||
-      index.n_clusters > index.shape.max_clusters) {
-    return invalid(op, "index holds " + std::to_string(index.tokens) + " tokens in " +
-                           std::to_string(index.n_clusters) +
-                           " clusters per head; expected a built index");
-  }
+  if (Status st = check_held(op, index); !st.ok()) return st;
   if (index.data == nullptr) return invalid(op, "index.data must not be null");
   if (reinterpret_cast<uintptr_t>(index.data) % 256 != 0) {
     return Status(StatusCode::kMisaligned,
