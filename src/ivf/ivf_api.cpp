@@ -174,8 +174,7 @@ Status check_held(const char* op, const IvfIndex& index) {
 Status extend_layout(const char* op, const IvfIndex& index, const IvfInput& input,
                      const IvfExtendParams& params, ExtendLayout* l) {
   const IvfShape& s = index.shape;
-  IvfLayout layout;
-  if (Status st = layout_of(op, s, &layout); !st.ok()) return st;
+  if (Status st = layout_of(op, s, &l->index); !st.ok()) return st;
   if (Status st = check_held(op, index); !st.ok()) return st;
   if (input.seq < 1 || input.seq > s.capacity - index.tokens) {
     return invalid(op, "input.seq must be from 1 to the index's room (" +
@@ -217,8 +216,7 @@ Status extend_layout(const char* op, const IvfIndex& index, const IvfInput& inpu
 Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
                      const IvfSearchParams& params, int64_t* max_candidates, SearchLayout* l) {
   const IvfShape& s = index.shape;
-  IvfLayout layout;
-  if (Status st = layout_of(op, s, &layout); !st.ok()) return st;
+  if (Status st = layout_of(op, s, &l->index); !st.ok()) return st;
   if (Status st = check_held(op, index); !st.ok()) return st;
   if (queries.q_heads < 1 || queries.q_heads % s.heads != 0) {
     return invalid(op, "queries.q_heads (" + std::to_string(queries.q_heads) +
@@ -422,10 +420,6 @@ Status ivf_build(const IvfInput& input, const IvfBuildParams& params, IvfIndex* 
   return s;
 }
 
-}  // namespace cudaops
-
-namespace cudaops {
-
 Status ivf_search_workspace_size(const IvfIndex& index, const IvfQueries& queries,
                                  const IvfSearchParams& params, size_t* bytes) {
   constexpr const char* kOp = "ivf_search_workspace_size";
@@ -448,8 +442,7 @@ Status ivf_search(const IvfIndex& index, const IvfQueries& queries, const IvfSea
   if (Status s = detail::ivf::search_layout(kOp, index, queries, params, &m, &l); !s.ok()) {
     return s;
   }
-  IvfLayout layout;
-  if (Status s = detail::ivf::layout_of(kOp, index.shape, &layout); !s.ok()) return s;
+  const IvfLayout& layout = l.index;
   const int64_t rows = queries.q_heads * queries.n_queries;
   if (rows == 0) return Status();
   if (index.data == nullptr) return detail::ivf::invalid(kOp, "index.data must not be null");
@@ -507,9 +500,6 @@ Status ivf_search(const IvfIndex& index, const IvfQueries& queries, const IvfSea
              : detail::ivf::launch_search<__nv_bfloat16>(call, stream);
 }
 
-}  // namespace cudaops
-
-namespace cudaops {
 namespace detail::ivf {
 namespace {
 
@@ -668,10 +658,6 @@ Status ivf_load(const char* path, IvfIndex* index, cudaStream_t stream) {
   return Status();
 }
 
-}  // namespace cudaops
-
-namespace cudaops {
-
 Status ivf_extend_workspace_size(const IvfIndex& index, const IvfInput& input,
                                  const IvfExtendParams& params, size_t* bytes) {
   constexpr const char* kOp = "ivf_extend_workspace_size";
@@ -688,8 +674,7 @@ Status ivf_extend(const IvfInput& input, const IvfExtendParams& params, IvfIndex
   if (index == nullptr) return detail::ivf::invalid(kOp, "index must not be null");
   detail::ivf::ExtendLayout l;
   if (Status s = detail::ivf::extend_layout(kOp, *index, input, params, &l); !s.ok()) return s;
-  IvfLayout layout;
-  if (Status s = detail::ivf::layout_of(kOp, index->shape, &layout); !s.ok()) return s;
+  const IvfLayout& layout = l.index;
   const IvfShape& shape = index->shape;
   if (Status s =
           detail::ivf::check_input_memory(kOp, *index, input, layout.bytes, d_workspace,

@@ -18,6 +18,7 @@
 namespace cudaops::detail::ivf {
 namespace {
 
+using kmeans::blocks_for;
 using kmeans::Rows;
 using kmeans::rows_of;
 
@@ -26,11 +27,6 @@ constexpr const char* kOp = "ivf_build";
 template <typename P>
 P* at(unsigned char* base, size_t offset) {
   return reinterpret_cast<P*>(base + offset);
-}
-
-inline unsigned blocks_for(int64_t items, int64_t per_block) {
-  const int64_t blocks = (items + per_block - 1) / per_block;
-  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 30));
 }
 
 /// Means of 32 columns of one head: warp w sums rows w, w + 8, ...; the 8 partial sums are added

@@ -63,6 +63,7 @@ Status launch_build(const BuildCall& call, cudaStream_t stream);
 /// The workspace of an extension (byte offsets, each 256-byte aligned); T new tokens per head
 /// into c new clusters.
 struct ExtendLayout {
+  IvfLayout index;       // the index's buffer
   size_t centroids = 0;  // [H, c, D] float32
   size_t labels = 0;     // [H, T] int32
   size_t counts = 0;     // [H, c] int32
@@ -91,6 +92,7 @@ Status launch_extend(const ExtendCall& call, cudaStream_t stream);
 
 /// The workspace of a search (byte offsets, each 256-byte aligned); R = Hq * Q query rows.
 struct SearchLayout {
+  IvfLayout index;            // the index's buffer
   size_t cluster_scores = 0;  // [R, C] float32
   size_t probe_scores = 0;    // [R, n_probe] float32
   size_t probes = 0;          // [R, n_probe] int32

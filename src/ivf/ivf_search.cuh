@@ -9,34 +9,25 @@
 //                   probe order, cluster order within one), scores each exactly (a warp per
 //                   token) and pads the list with (-inf, -1);
 //   the best:       the k best candidates (topk), mapped to token positions.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include <cub/block/block_scan.cuh>
 
 #include <cmath>
 
 #include "core/launch.h"
-#include "core/numeric.cuh"
 #include "cudaops/topk.h"
 #include "ivf/ivf_plan.h"
+#include "kmeans/kmeans_device.cuh"
 
 namespace cudaops::detail::ivf {
 namespace {
 
 constexpr const char* kSearch = "ivf_search";
 
-inline unsigned search_blocks(int64_t items, int64_t per_block) {
-  const int64_t blocks = (items + per_block - 1) / per_block;
-  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 30));
-}
+using kmeans::blocks_for;
+using kmeans::warp_sum;
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-/// q . row over d values (lanes take pairs of columns), in float32, the same order every run.
+/// q . row over d values (lane l takes columns l, l + 32, ...), in float32, the same order every
+/// run.
 template <typename T, typename C>
 __device__ __forceinline__ float dot(const T* q, const C* row, int d, int lane) {
   float s = 0.0f;
@@ -74,15 +65,25 @@ __global__ void __launch_bounds__(256)
   const int64_t h = (r / n_queries) / group;
   const int32_t* probe = probes + r * n_probe;
   const int64_t* off = offsets + h * (max_clusters + 1);
-  if (threadIdx.x == 0) {
-    int64_t total = 0;
-    for (int64_t p = 0; p < n_probe; ++p) {
-      place[p] = total;
+  // The places: an exclusive scan of the probed clusters' sizes, a block's width of probes at a
+  // time (every size loaded at once rather than one after another).
+  using Scan = cub::BlockScan<int64_t, 256>;
+  __shared__ typename Scan::TempStorage scan;
+  int64_t carry = 0;
+  for (int64_t p0 = 0; p0 < n_probe; p0 += 256) {
+    const int64_t p = p0 + threadIdx.x;
+    int64_t size = 0;
+    if (p < n_probe) {
       const int32_t j = probe[p];
-      if (j >= 0 && j < max_clusters) total += off[j + 1] - off[j];
+      if (j >= 0 && j < max_clusters) size = off[j + 1] - off[j];
     }
-    place[n_probe] = total;
+    int64_t before = 0, sum = 0;
+    Scan(scan).ExclusiveSum(size, before, sum);
+    if (p < n_probe) place[p] = carry + before;
+    carry += sum;
+    __syncthreads();  // the scan's storage is used again
   }
+  if (threadIdx.x == 0) place[n_probe] = carry;
   __syncthreads();
   const int64_t total = min(place[n_probe], max_candidates);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -142,7 +143,7 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
   auto* cand_ids = reinterpret_cast<int32_t*>(ws + w.cand_ids);
   auto* best = reinterpret_cast<int32_t*>(ws + w.best);
 
-  cluster_scores_kernel<T><<<search_blocks(rows * call.n_clusters, 8), 256, 0, stream>>>(
+  cluster_scores_kernel<T><<<blocks_for(rows * call.n_clusters, 8), 256, 0, stream>>>(
       queries, reinterpret_cast<const float*>(ix + call.index.centroids),
       reinterpret_cast<const int32_t*>(ix + call.index.sizes), rows, call.n_queries, group,
       s.max_clusters, call.n_clusters, d, cluster_scores);
@@ -176,7 +177,7 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
       !st.ok()) {
     return st;
   }
-  best_ids_kernel<<<search_blocks(rows * call.k, 256), 256, 0, stream>>>(
+  best_ids_kernel<<<blocks_for(rows * call.k, 256), 256, 0, stream>>>(
       best, cand_ids, call.scores, rows, call.k, call.max_candidates, call.ids);
   return check_launch(kSearch, stream);
 }

@@ -77,6 +77,25 @@ int64_t stream_value_of(py::handle value, const char* op, const char* what) {
 
 }  // namespace
 
+int64_t int_arg(py::handle obj, const char* op, const char* what) {
+  if (!PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) {
+    throw py::type_error(std::string(op) + ": " + what + " must be an int, got " + type_name(obj));
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
+  if (overflow != 0) throw py::value_error(std::string(op) + ": " + what + " is out of range");
+  return v;
+}
+
+int iters_arg(py::handle obj, const char* op) {
+  const int64_t n = int_arg(obj, op, "n_iters");
+  if (n < 0 || n > (int64_t{1} << 30)) {
+    throw py::value_error(std::string(op) + ": n_iters must be in [0, 2^30], got " +
+                          std::to_string(n));
+  }
+  return static_cast<int>(n);
+}
+
 StreamArg parse_stream(py::handle obj, const char* op) {
   StreamArg arg;
   if (obj.is_none()) return arg;

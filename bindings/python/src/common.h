@@ -81,6 +81,13 @@ std::string type_name(py::handle obj);
 /// "(3, 4)", "(5,)", "()": a shape or strides as Python prints a tuple.
 std::string shape_text(const std::vector<int64_t>& shape);
 
+/// An int argument (not a bool) that fits int64: TypeError "<op>: <what> must be an int, got
+/// <type>", or ValueError "<op>: <what> is out of range".
+int64_t int_arg(py::handle obj, const char* op, const char* what);
+
+/// An iteration count, an int from 0 to 2^30 (ValueError "<op>: n_iters must be in [0, 2^30]").
+int iters_arg(py::handle obj, const char* op);
+
 /// Strides in elements of a C-contiguous array of `shape`.
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 

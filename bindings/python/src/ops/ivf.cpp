@@ -14,16 +14,6 @@ namespace cudaops::python {
 
 namespace {
 
-int64_t int_arg(py::handle obj, const char* op, const char* what) {
-  if (!PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) {
-    throw py::type_error(std::string(op) + ": " + what + " must be an int, got " + type_name(obj));
-  }
-  int overflow = 0;
-  const long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
-  if (overflow != 0) throw py::value_error(std::string(op) + ": " + what + " is out of range");
-  return v;
-}
-
 /// A C-contiguous [heads, tokens, dim] array of float16 or bfloat16.
 void require_heads_tokens_dim(const CallContext& ctx, const ArrayView& v) {
   if (v.shape.size() != 3) {
@@ -95,12 +85,7 @@ class PyIndex {
     CallContext ctx("Index.extend", stream);
     IvfExtendParams params;
     params.n_clusters = int_arg(n_clusters_obj, ctx.op(), "n_clusters");
-    const int64_t n_iters = int_arg(n_iters_obj, ctx.op(), "n_iters");
-    if (n_iters < 0 || n_iters > (int64_t{1} << 30)) {
-      throw py::value_error("Index.extend: n_iters must be in [0, 2^30], got " +
-                            std::to_string(n_iters));
-    }
-    params.n_iters = static_cast<int>(n_iters);
+    params.n_iters = iters_arg(n_iters_obj, ctx.op());
     ArrayView vk = ctx.import(keys, "keys", Access::kRead);
     require_heads_tokens_dim(ctx, vk);
     std::optional<ArrayView> vv;
@@ -208,12 +193,7 @@ PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_o
   IvfBuildParams params;
   params.n_clusters = int_arg(n_clusters_obj, ctx.op(), "n_clusters");
   params.n_segments = int_arg(n_segments_obj, ctx.op(), "n_segments");
-  const int64_t n_iters = int_arg(n_iters_obj, ctx.op(), "n_iters");
-  if (n_iters < 0 || n_iters > (int64_t{1} << 30)) {
-    throw py::value_error("ivf.build_global: n_iters must be in [0, 2^30], got " +
-                          std::to_string(n_iters));
-  }
-  params.n_iters = static_cast<int>(n_iters);
+  params.n_iters = iters_arg(n_iters_obj, ctx.op());
   params.global_pass = global_pass;
   ArrayView vk = ctx.import(keys, "keys", Access::kRead);
   require_heads_tokens_dim(ctx, vk);

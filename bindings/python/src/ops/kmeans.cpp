@@ -13,16 +13,6 @@ namespace cudaops::python {
 
 namespace {
 
-int64_t int_arg(py::handle obj, const char* what) {
-  if (!PyLong_Check(obj.ptr()) || PyBool_Check(obj.ptr())) {
-    throw py::type_error(std::string("kmeans: ") + what + " must be an int, got " + type_name(obj));
-  }
-  int overflow = 0;
-  const long long v = PyLong_AsLongLongAndOverflow(obj.ptr(), &overflow);
-  if (overflow != 0) throw py::value_error(std::string("kmeans: ") + what + " is out of range");
-  return v;
-}
-
 /// x [..., n, d] as a strided batch of row-major [n, d] problems: the last axis contiguous, the
 /// rows evenly spaced, the leading axes collapsing into one axis of problems.
 KmeansPoints points_of(const ArrayView& v) {
@@ -69,12 +59,8 @@ py::object kmeans(py::handle x, py::handle n_clusters_obj, py::handle n_iters_ob
                   py::handle stream) {
   CallContext ctx("kmeans", stream);
   KmeansParams params;
-  params.n_clusters = int_arg(n_clusters_obj, "n_clusters");
-  const int64_t n_iters = int_arg(n_iters_obj, "n_iters");
-  if (n_iters < 0 || n_iters > (int64_t{1} << 30)) {
-    throw py::value_error("kmeans: n_iters must be in [0, 2^30], got " + std::to_string(n_iters));
-  }
-  params.n_iters = static_cast<int>(n_iters);
+  params.n_clusters = int_arg(n_clusters_obj, "kmeans", "n_clusters");
+  params.n_iters = iters_arg(n_iters_obj, "kmeans");
   if (metric == "l2") {
     params.metric = KmeansMetric::kL2;
   } else if (metric == "cosine") {
@@ -83,7 +69,7 @@ py::object kmeans(py::handle x, py::handle n_clusters_obj, py::handle n_iters_ob
     throw py::value_error("kmeans: metric must be \"l2\" or \"cosine\", got \"" + metric + "\"");
   }
   params.center = center;
-  const int64_t seed = int_arg(seed_obj, "seed");
+  const int64_t seed = int_arg(seed_obj, "kmeans", "seed");
   if (seed < 0) throw py::value_error("kmeans: seed must be >= 0, got " + std::to_string(seed));
   params.seed = static_cast<uint64_t>(seed);
   ArrayView vx = ctx.import(x, "x", Access::kRead);
