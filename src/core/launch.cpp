@@ -15,6 +15,30 @@ Status cuda_status(cudaError_t error, const char* op, const char* what) {
                 static_cast<int>(error));
 }
 
+Status allow_dynamic_smem(const char* op, const void* kernel, size_t smem) {
+  if (smem == 0) return Status();
+  cudaFuncAttributes attributes{};
+  cudaError_t error = cudaFuncGetAttributes(&attributes, kernel);
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the kernel");
+  if (attributes.sharedSizeBytes + smem <= 48 * 1024) return Status();
+  int device = 0, optin = 0;
+  error = cudaGetDevice(&device);
+  if (error == cudaSuccess) {
+    error = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  }
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  if (attributes.sharedSizeBytes + smem > static_cast<size_t>(optin)) {
+    return Status(StatusCode::kInvalidArgument,
+                  std::string(op) + ": the problem needs " +
+                      std::to_string(attributes.sharedSizeBytes + smem) +
+                      " bytes of shared memory per block; this device gives at most " +
+                      std::to_string(optin));
+  }
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem));
+  return error == cudaSuccess ? Status() : cuda_status(error, op, "setting the shared-memory size");
+}
+
 Status cluster_image(const char* op, const void* kernel, cudaFuncAttributes* attributes, bool* ok) {
   *ok = false;
   int device = 0;

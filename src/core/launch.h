@@ -14,6 +14,11 @@ Status check_launch(const char* op, cudaStream_t stream);
 /// A kCudaError status for `error`, naming `op` and what it was doing.
 Status cuda_status(cudaError_t error, const char* op, const char* what);
 
+/// Lets `kernel` launch with `smem` bytes of dynamic shared memory: opts it in past the default
+/// 48 KiB where its static and dynamic shared memory together need that, and refuses a size the
+/// current device cannot give one block with a status naming `op`.
+Status allow_dynamic_smem(const char* op, const void* kernel, size_t smem);
+
 /// Sets *ok when `kernel` may use thread-block clusters (and bulk copies) on the current device:
 /// sm_90 or newer, running an image compiled from sm_90 PTX or newer. Fills *attributes.
 Status cluster_image(const char* op, const void* kernel, cudaFuncAttributes* attributes, bool* ok);

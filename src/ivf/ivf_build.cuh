@@ -220,12 +220,8 @@ Status group_by_cluster(const KmeansPoints& rows, const int32_t* labels, int64_t
                         int32_t* starts, int32_t* perm, cudaStream_t stream) {
   const auto sort = kmeans::sort_kernel<T>;
   const size_t smem = static_cast<size_t>(k) * sizeof(int32_t);
-  if (smem > 48 * 1024) {
-    if (const cudaError_t e = cudaFuncSetAttribute(
-            sort, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        e != cudaSuccess) {
-      return cuda_status(e, kOp, "setting the shared-memory size");
-    }
+  if (Status s = allow_dynamic_smem(kOp, reinterpret_cast<const void*>(sort), smem); !s.ok()) {
+    return s;
   }
   sort<<<static_cast<unsigned>(rows.batch), kmeans::kSortThreads, smem, stream>>>(
       rows_of<T>(rows), labels, k, kmeans::sort_bits(k), counts, starts, perm);

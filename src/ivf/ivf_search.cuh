@@ -158,12 +158,9 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
   }
   const size_t smem = static_cast<size_t>(call.n_probe + 1) * sizeof(int64_t);
   const auto candidates = candidates_kernel<T>;
-  if (smem > 48 * 1024) {
-    if (const cudaError_t e = cudaFuncSetAttribute(
-            candidates, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-        e != cudaSuccess) {
-      return cuda_status(e, kSearch, "setting the shared-memory size");
-    }
+  if (Status st = allow_dynamic_smem(kSearch, reinterpret_cast<const void*>(candidates), smem);
+      !st.ok()) {
+    return st;
   }
   candidates<<<static_cast<unsigned>(rows), 256, smem, stream>>>(
       queries, probes, reinterpret_cast<const int64_t*>(ix + call.index.offsets),

@@ -207,14 +207,10 @@ inline Status launched(cudaStream_t stream) {
   return check_launch(kOp, stream);
 }
 
-/// Opts `kernel` in to `smem` bytes of dynamic shared memory where that passes 48 KiB.
+/// Opts `kernel` in to `smem` bytes of dynamic shared memory where its total passes 48 KiB.
 template <typename Kernel>
 Status allow_smem(Kernel kernel, size_t smem) {
-  if (smem <= 48 * 1024) return Status();
-  const cudaError_t error = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  return error == cudaSuccess ? Status()
-                              : cuda_status(error, kOp, "setting the shared-memory size");
+  return allow_dynamic_smem(kOp, reinterpret_cast<const void*>(kernel), smem);
 }
 
 }  // namespace

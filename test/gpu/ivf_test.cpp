@@ -398,6 +398,8 @@ struct DeviceIndex {
   }
   cudaMemcpy(out->keys.get(), keys.data(), static_cast<size_t>(keys.size_bytes()),
              cudaMemcpyHostToDevice);
+  // Poisoned, so that a part the build should write and does not shows up in the comparisons.
+  cudaMemset(out->buffer.get(), 0xff, out->layout.bytes);
   index.data = out->buffer.get();
   input.keys = out->keys.get();
   if (Status s = ivf_build(input, params, &index, out->workspace.get(), bytes, nullptr); !s.ok()) {
