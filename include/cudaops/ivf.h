@@ -116,19 +116,23 @@ CUDAOPS_EXPORT Status ivf_extend(const IvfInput& input, const IvfExtendParams& p
                                  cudaStream_t stream);
 
 // Search: query head g reads kv head g / (Hq / H) (grouped-query attention). Each query scores
-// the head's centroids (q . c, float32; empty clusters never probed), takes the n_probe best
-// (ties to the lower cluster), scores every token of those clusters exactly (q . k with the keys,
-// float32 accumulation) and returns the k best, best first; ties between tokens go to the cluster
-// probed first, then to the lower position. With fewer than k candidates the rest is (-inf, -1).
+// the head's centroids (q . c with the centroids in the keys' dtype, float32 accumulation; empty
+// clusters never probed), takes the n_probe best (ties to the lower cluster), scores every token
+// of those clusters exactly (q . k with the keys, float32 accumulation) and returns the k best,
+// best first, ties to the lower position. With fewer than k candidates the rest is (-inf, -1).
 // Probing every cluster gives the exact top k.
+
+/// Most results per query of a search.
+inline constexpr int64_t kIvfMaxK = 4096;
 
 /// How to search.
 struct IvfSearchParams {
-  int64_t k = 0;        ///< tokens per query, 1 to min(max_candidates, kTopkMaxK)
+  int64_t k = 0;        ///< tokens per query, 1 to min(max_candidates, kIvfMaxK)
   int64_t n_probe = 0;  ///< clusters per query, 1 to the index's n_clusters
-  /// Candidates kept per query (the workspace holds this many scores per query); 0: the index's
-  /// tokens per head, which no probe exceeds. A smaller bound (n_probe times the largest cluster,
-  /// which the index keeps) saves memory and time; candidates past it are dropped.
+  /// Candidates kept per query (the workspace holds this many per query); 0: the index's tokens
+  /// per head, which no probe exceeds. Only the candidates a probe finds are read, so the bound
+  /// costs memory, not time; past it, the tokens of the last probed clusters (in cluster order)
+  /// are dropped.
   int64_t max_candidates = 0;
 };
 

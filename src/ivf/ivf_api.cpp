@@ -229,46 +229,27 @@ Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& qu
       rows > std::numeric_limits<int32_t>::max()) {
     return invalid(op, "queries.q_heads * queries.n_queries must be below 2^31");
   }
-  if (params.n_probe < 1 || params.n_probe > index.n_clusters || params.n_probe > kTopkMaxK) {
-    return invalid(op, "params.n_probe must be from 1 to min(the index's clusters (" +
-                           std::to_string(index.n_clusters) + "), " + std::to_string(kTopkMaxK) +
-                           "), got " + std::to_string(params.n_probe));
+  if (params.n_probe < 1 || params.n_probe > index.n_clusters) {
+    return invalid(op, "params.n_probe must be from 1 to the index's clusters (" +
+                           std::to_string(index.n_clusters) + "), got " +
+                           std::to_string(params.n_probe));
   }
   if (params.max_candidates < 0) {
     return invalid(
         op, "params.max_candidates must be >= 0, got " + std::to_string(params.max_candidates));
   }
   const int64_t m = params.max_candidates > 0 ? params.max_candidates : index.tokens;
-  if (m > kTopkMaxCols) {
-    return invalid(op, "params.max_candidates (" + std::to_string(m) + ", 0: the index's tokens)" +
-                           " must be at most " + std::to_string(kTopkMaxCols) +
-                           "; bound it by n_probe times the largest cluster");
-  }
-  if (params.k < 1 || params.k > m || params.k > kTopkMaxK) {
+  if (params.k < 1 || params.k > m || params.k > kIvfMaxK) {
     return invalid(op, "params.k must be from 1 to min(max_candidates (" + std::to_string(m) +
-                           "), " + std::to_string(kTopkMaxK) + "), got " +
-                           std::to_string(params.k));
-  }
-  size_t first = 0, second = 0;
-  if (rows > 0) {
-    if (Status st =
-            topk_workspace_size(rows, index.n_clusters, params.n_probe, DType::kFloat32, &first);
-        !st.ok()) {
-      return st;
-    }
-    if (Status st = topk_workspace_size(rows, m, params.k, DType::kFloat32, &second); !st.ok()) {
-      return st;
-    }
+                           "), " + std::to_string(kIvfMaxK) + "), got " + std::to_string(params.k));
   }
   Pieces p;
   l->cluster_scores = p.add({rows, index.n_clusters, 4});
-  l->probe_scores = p.add({rows, params.n_probe, 4});
   l->probes = p.add({rows, params.n_probe, 4});
-  l->cand_scores = p.add({rows, m, 4});
-  l->cand_ids = p.add({rows, m, 4});
-  l->best = p.add({rows, params.k, 4});
-  l->topk_bytes = std::max(first, second);
-  l->topk = p.add({static_cast<int64_t>(l->topk_bytes)});
+  l->starts = p.add({rows, params.n_probe, 8});
+  l->places = p.add({rows, params.n_probe + 1, 8});
+  l->candidates = p.add({rows, m, 8});
+  l->lengths = p.add({rows, 8});
   l->bytes = p.offset;
   if (p.overflow) return invalid(op, "the workspace size overflows");
   *max_candidates = m;

@@ -94,13 +94,11 @@ Status launch_extend(const ExtendCall& call, cudaStream_t stream);
 struct SearchLayout {
   IvfLayout index;            // the index's buffer
   size_t cluster_scores = 0;  // [R, C] float32
-  size_t probe_scores = 0;    // [R, n_probe] float32
-  size_t probes = 0;          // [R, n_probe] int32
-  size_t cand_scores = 0;     // [R, M] float32
-  size_t cand_ids = 0;        // [R, M] int32
-  size_t best = 0;            // [R, k] int32: places in the candidate list
-  size_t topk = 0;            // the top-k selections' workspace
-  size_t topk_bytes = 0;
+  size_t probes = 0;          // [R, n_probe] int32, ascending, -1 past the non-empty clusters
+  size_t starts = 0;          // [R, n_probe] int64: each probe's first token in its head
+  size_t places = 0;          // [R, n_probe + 1] int64: its first place in the row's list
+  size_t candidates = 0;      // [R, M] uint64: score's rank key above, complement of the id below
+  size_t lengths = 0;         // [R] int64: candidates per row
   size_t bytes = 0;
 };
 

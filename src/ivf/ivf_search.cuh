@@ -2,20 +2,26 @@
 
 // The IVF index's search (docs/ivf.md), included by one translation unit per keys' dtype
 // (ivf_search_<dtype>.cu). On the caller's stream:
-//   cluster scores: q . c for every query row and cluster of its kv head (a warp per pair),
-//                   -inf for empty clusters;
-//   probes:         the n_probe best clusters per row (topk, ties to the lower cluster);
-//   candidates:     a block per row places the probed clusters' tokens one after another (in
-//                   probe order, cluster order within one), scores each exactly (a warp per
-//                   token) and pads the list with (-inf, -1);
-//   the best:       the k best candidates (topk), mapped to token positions.
+//   cluster scores: q . c with the centroids in the keys' dtype, for every query row and cluster
+//                   of its kv head (-inf for empty clusters): each block reads a tile of centroids
+//                   once for up to kRowsPerBlock rows of the head;
+//   probes:         a block per row selects the n_probe best clusters (ivf_select.cuh), written
+//                   in ascending cluster order with their first tokens and their places in the
+//                   row's candidate list;
+//   candidates:     blocks of kProbesPerBlock probes per row score their clusters' tokens exactly
+//                   (half a warp per token) into that list;
+//   the best:       a block per row selects the k best candidates and sorts them.
+#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/launch.h"
-#include "cudaops/topk.h"
+#include "core/vector.cuh"
 #include "ivf/ivf_plan.h"
+#include "ivf/ivf_select.cuh"
 #include "kmeans/kmeans_device.cuh"
 
 namespace cudaops::detail::ivf {
@@ -24,104 +30,299 @@ namespace {
 constexpr const char* kSearch = "ivf_search";
 
 using kmeans::blocks_for;
-using kmeans::warp_sum;
 
-/// q . row over d values (lane l takes columns l, l + 32, ...), in float32, the same order every
-/// run.
-template <typename T, typename C>
-__device__ __forceinline__ float dot(const T* q, const C* row, int d, int lane) {
+constexpr int kScoreThreads = 256;
+constexpr int kRowsPerBlock = 16;
+constexpr int kCentroidsPerHalf = 4;
+constexpr int kCentroidsPerBlock = kScoreThreads / 16 * kCentroidsPerHalf;
+constexpr int kCandidateThreads = 256;
+constexpr int kProbesPerBlock = 8;
+constexpr int kTokensPerHalf = 4;
+static_assert(kMaxDim <= 128 * 4, "at most four 8-value chunks per lane");
+static_assert(kIvfMaxK <= kMaxSorted, "a block sorts the k best");
+
+/// The sum over the 16 lanes of each half warp (every lane of the warp takes part).
+__device__ __forceinline__ float half_warp_sum(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// q . x for 8 values of x at p (16 bytes) against q (shared, float).
+template <typename T>
+__device__ __forceinline__ float dot8(const T* p, const float* q) {
+  const Vec<T, 8> x = load_vec<T, 8>(p);
   float s = 0.0f;
-  for (int e = lane; e < d; e += 32)
-    s = fmaf(to_float(q[e]), to_float(row[e]), s);
-  return warp_sum(s);
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    s = fmaf(to_float(x.v[e]), q[e], s);
+  return s;
 }
 
-/// A warp per (query row, cluster): its score, -inf where the cluster is empty or not held.
-template <typename T>
-__global__ void __launch_bounds__(256)
-    cluster_scores_kernel(const T* queries, const float* centroids, const int32_t* sizes,
-                          int64_t rows, int64_t n_queries, int64_t group, int64_t max_clusters,
-                          int64_t n_clusters, int d, float* scores) {
-  const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (item >= rows * n_clusters) return;
-  const int64_t r = item / n_clusters, j = item % n_clusters;
-  const int64_t h = (r / n_queries) / group;  // the query head's kv head
-  const int64_t slot = h * max_clusters + j;
-  const float s = dot(queries + r * d, centroids + slot * d, d, lane);
-  if (lane == 0) scores[r * n_clusters + j] = sizes[slot] > 0 ? s : -INFINITY;
-}
-
-/// A block per query row: the probed clusters' tokens placed one after another and scored, the
-/// list padded with (-inf, -1) to max_candidates.
-template <typename T>
-__global__ void __launch_bounds__(256)
-    candidates_kernel(const T* queries, const int32_t* probes, const int64_t* offsets,
-                      const int32_t* ids, const T* keys, int64_t n_queries, int64_t group,
-                      int64_t max_clusters, int64_t capacity, int64_t n_probe, int d,
-                      int64_t max_candidates, float* cand_scores, int32_t* cand_ids) {
-  extern __shared__ int64_t place[];  // n_probe + 1: each probe's first place in the list
-  const int64_t r = blockIdx.x;
-  const int64_t h = (r / n_queries) / group;
-  const int32_t* probe = probes + r * n_probe;
-  const int64_t* off = offsets + h * (max_clusters + 1);
-  // The places: an exclusive scan of the probed clusters' sizes, a block's width of probes at a
-  // time (every size loaded at once rather than one after another).
-  using Scan = cub::BlockScan<int64_t, 256>;
-  __shared__ typename Scan::TempStorage scan;
-  int64_t carry = 0;
-  for (int64_t p0 = 0; p0 < n_probe; p0 += 256) {
-    const int64_t p = p0 + threadIdx.x;
-    int64_t size = 0;
-    if (p < n_probe) {
-      const int32_t j = probe[p];
-      if (j >= 0 && j < max_clusters) size = off[j + 1] - off[j];
-    }
-    int64_t before = 0, sum = 0;
-    Scan(scan).ExclusiveSum(size, before, sum);
-    if (p < n_probe) place[p] = carry + before;
-    carry += sum;
-    __syncthreads();  // the scan's storage is used again
-  }
-  if (threadIdx.x == 0) place[n_probe] = carry;
-  __syncthreads();
-  const int64_t total = min(place[n_probe], max_candidates);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const T* q = queries + r * d;
-  float* out_scores = cand_scores + r * max_candidates;
-  int32_t* out_ids = cand_ids + r * max_candidates;
-  // Candidate i: the probe whose range holds it (a binary search of the places), then its token.
-  for (int64_t i = warp; i < total; i += blockDim.x / 32) {
-    int64_t lo = 0, hi = n_probe - 1;
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (place[mid] <= i) {
-        lo = mid;
+/// Scores of rows [row0, row0 + kRowsPerBlock) of kv head h (blockIdx.x: head and row tile)
+/// against kCentroidsPerBlock clusters (blockIdx.y), scaled by `scale`: half a warp per cluster,
+/// each lane holding 8 of every 128 of its values (kChunks 8-value chunks, d <= 128 * kChunks).
+/// Every centroid of a half warp is loaded before any is used, so that enough bytes are in flight.
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kScoreThreads)
+    cluster_scores_kernel(const T* queries, const T* centroids, const int32_t* sizes,
+                          int64_t head_rows, int64_t row_tiles, int64_t max_clusters,
+                          int64_t n_clusters, int d, float scale, float* scores) {
+  extern __shared__ float q[];  // [rows, d]
+  const int64_t h = blockIdx.x / row_tiles;
+  const int64_t row0 = (blockIdx.x % row_tiles) * kRowsPerBlock;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kRowsPerBlock), head_rows - row0));
+  const int half = threadIdx.x / 16, lane = threadIdx.x % 16, chunks = d / 8;
+  const int64_t j0 =
+      blockIdx.y * static_cast<int64_t>(kCentroidsPerBlock) + half * kCentroidsPerHalf;
+  Vec<T, 8> x[kCentroidsPerHalf][kChunks];
+  bool empty[kCentroidsPerHalf];
+#pragma unroll
+  for (int c = 0; c < kCentroidsPerHalf; ++c) {
+    const int64_t j = j0 + c;
+    const int64_t slot = h * max_clusters + (j < n_clusters ? j : 0);
+    empty[c] = j >= n_clusters || sizes[slot] <= 0;
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int chunk = lane + 16 * u;
+      if (j < n_clusters && chunk < chunks) {
+        x[c][u] = load_vec<T, 8>(centroids + slot * d + chunk * 8);
       } else {
-        hi = mid - 1;
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          x[c][u].v[e] = from_float<T>(0.0f);
       }
     }
-    const int32_t j = probe[lo];
-    const int64_t at = h * capacity + off[j] + (i - place[lo]);
-    const float s = dot(q, keys + at * d, d, lane);
-    if (lane == 0) {
-      out_scores[i] = s;
-      out_ids[i] = ids[at];
-    }
   }
-  for (int64_t i = total + threadIdx.x; i < max_candidates; i += blockDim.x) {
-    out_scores[i] = -INFINITY;
-    out_ids[i] = -1;
+  // The queries after the centroids' loads are issued, so that both are in flight together.
+  const T* qh = queries + (h * head_rows + row0) * d;
+  for (int i = threadIdx.x; i < rows * d; i += kScoreThreads)
+    q[i] = to_float(qh[i]);
+  __syncthreads();
+  for (int r = 0; r < rows; ++r) {
+    // This lane's values of the query, read from shared memory once for every centroid.
+    float qr[kChunks][8];
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int chunk = lane + 16 * u;
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        qr[u][e] = chunk < chunks ? q[r * d + chunk * 8 + e] : 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < kCentroidsPerHalf; ++c) {
+      float s = 0.0f;
+#pragma unroll
+      for (int u = 0; u < kChunks; ++u) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          s = fmaf(to_float(x[c][u].v[e]), qr[u][e], s);
+      }
+      s = half_warp_sum(s);
+      if (lane == 0 && j0 + c < n_clusters) {
+        scores[(h * head_rows + row0 + r) * n_clusters + j0 + c] = empty[c] ? -INFINITY : s * scale;
+      }
+    }
   }
 }
 
-/// The k best candidates' token positions; -1 where the score is -inf (padding).
-__global__ void best_ids_kernel(const int32_t* best, const int32_t* cand_ids, const float* scores,
-                                int64_t rows, int64_t k, int64_t max_candidates, int64_t* ids) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= rows * k) return;
-  const int64_t r = i / k;
-  ids[i] = scores[i] == -INFINITY ? -1 : cand_ids[r * max_candidates + best[i]];
+/// A block per query row: the n_probe best clusters in ascending order, with each one's first
+/// token in its head (starts) and first place in the row's candidate list (places, n_probe + 1
+/// per row, the last the total), and the row's length (at most max_candidates). Clusters scored
+/// -inf (empty) are left out; the list is padded with -1 (size 0).
+__global__ void __launch_bounds__(kSelectThreads)
+    probes_kernel(const float* scores, const int64_t* offsets, int64_t n_clusters,
+                  int64_t n_queries, int64_t group, int64_t max_clusters, int64_t n_probe,
+                  int64_t max_candidates, int32_t* probes, int64_t* starts, int64_t* places,
+                  int64_t* lengths) {
+  using PairScan = cub::BlockScan<int64_t, kSelectThreads>;
+  __shared__ SelectShared s;
+  __shared__ typename PairScan::TempStorage size_scan;
+  const int64_t r = blockIdx.x;
+  const float* row = scores + r * n_clusters;
+  const int64_t* off = offsets + ((r / n_queries) / group) * (max_clusters + 1);
+  const auto load = [&](int64_t i) { return make_item(row[i], static_cast<int32_t>(i)); };
+  uint64_t it[kHeldItems];
+  const int len = run_length(n_clusters);
+  const int mine = n_clusters <= kHeldTile ? load_run(0, n_clusters, len, load, it) : 0;
+  select_bound(
+      n_clusters, n_probe, [&](auto f) { for_each_item(n_clusters, load, it, mine, f); }, s);
+  const uint64_t mask = s.mask, prefix = s.prefix;
+  int32_t* out = probes + r * n_probe;
+  int64_t* start = starts + r * n_probe;
+  int64_t* place = places + r * (n_probe + 1);
+  // Tile by tile, each thread's run in order: scans of the counts and the sizes place the runs.
+  int64_t base = 0, total = 0;
+  for (int64_t tile0 = 0; tile0 < n_clusters; tile0 += kHeldTile) {
+    uint64_t run[kHeldItems];
+    const int m = n_clusters <= kHeldTile ? mine : load_run(tile0, n_clusters, len, load, run);
+    const int64_t first = tile0 + int64_t{threadIdx.x} * len;
+    uint32_t flags = 0;
+    int64_t sizes = 0;
+#pragma unroll
+    for (int u = 0; u < kHeldItems; ++u) {
+      const uint64_t item = n_clusters <= kHeldTile ? it[u] : run[u];
+      if (u < m && (item & mask) >= prefix && static_cast<uint32_t>(item >> 32) != kNegInfKey) {
+        flags |= 1u << u;
+        sizes += off[first + u + 1] - off[first + u];
+      }
+    }
+    uint32_t before = 0, count = 0;
+    SelectScan(s.scan).ExclusiveSum(static_cast<uint32_t>(__popc(flags)), before, count);
+    int64_t at = 0, tile_sizes = 0;
+    PairScan(size_scan).ExclusiveSum(sizes, at, tile_sizes);
+    at += total;
+#pragma unroll
+    for (int u = 0; u < kHeldItems; ++u) {
+      if ((flags >> u) & 1u) {
+        const int64_t j = first + u, slot = base + before++;
+        out[slot] = static_cast<int32_t>(j);
+        start[slot] = off[j];
+        place[slot] = at;
+        at += off[j + 1] - off[j];
+      }
+    }
+    base += count;
+    total += tile_sizes;
+    __syncthreads();  // the scans' storage is used again
+  }
+  for (int64_t i = base + threadIdx.x; i <= n_probe; i += kSelectThreads) {
+    if (i < n_probe) {
+      out[i] = -1;
+      start[i] = 0;
+    }
+    place[i] = total;
+  }
+  if (threadIdx.x == 0) lengths[r] = min(total, max_candidates);
+}
+
+/// Blocks of kProbesPerBlock probes of one query row (blockIdx.x the row, blockIdx.y the probes):
+/// each probed cluster's tokens at their places in the row's list (probes_kernel), scored
+/// exactly; places past max_candidates are dropped. Half a warp scores kTokensPerHalf tokens at a
+/// time, their keys loaded together (kChunks 8-value chunks per lane, d <= 128 * kChunks).
+template <typename T, int kChunks>
+__global__ void __launch_bounds__(kCandidateThreads)
+    candidates_kernel(const T* queries, const int64_t* starts, const int64_t* places,
+                      const int32_t* ids, const T* keys, int64_t n_queries, int64_t group,
+                      int64_t capacity, int64_t n_probe, int d, int64_t max_candidates,
+                      uint64_t* cand) {
+  __shared__ __align__(16) float q[kMaxDim];
+  __shared__ int64_t place[kProbesPerBlock + 1];
+  __shared__ int64_t start[kProbesPerBlock];
+  const int64_t r = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kProbesPerBlock);
+  const int64_t h = (r / n_queries) / group;
+  if (threadIdx.x <= kProbesPerBlock) {
+    const int64_t p = min(p0 + threadIdx.x, n_probe);
+    place[threadIdx.x] = places[r * (n_probe + 1) + p];
+    if (threadIdx.x < kProbesPerBlock)
+      start[threadIdx.x] = p < n_probe ? starts[r * n_probe + p] : 0;
+  }
+  for (int e = threadIdx.x; e < d; e += kCandidateThreads)
+    q[e] = to_float(queries[r * d + e]);
+  __syncthreads();
+  const int64_t lo = min(place[0], max_candidates);
+  const int64_t hi = min(place[kProbesPerBlock], max_candidates);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 16, side = (threadIdx.x / 16) % 2;
+  const int chunks = d / 8;
+  // This lane's values of the query, in registers for every token.
+  float qr[kChunks][8];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      qr[c][e] = lane + 16 * c < chunks ? q[(lane + 16 * c) * 8 + e] : 0.0f;
+  }
+  const T* kh = keys + h * capacity * d;
+  const int32_t* ih = ids + h * capacity;
+  uint64_t* out = cand + r * max_candidates;
+  constexpr int kWarps = kCandidateThreads / 32;
+  constexpr int kStep = 2 * kTokensPerHalf;
+  // Each half warp takes kTokensPerHalf consecutive places; the loop is the same for both halves
+  // of a warp so that their shuffles meet.
+  for (int64_t base = lo + kStep * warp; base < hi; base += kStep * kWarps) {
+    Vec<T, 8> x[kTokensPerHalf][kChunks];
+    int32_t id[kTokensPerHalf];
+#pragma unroll
+    for (int u = 0; u < kTokensPerHalf; ++u) {
+      const int64_t i = base + side * kTokensPerHalf + u;
+      id[u] = -1;
+      if (i < hi) {
+        int pi = 0;
+        while (pi + 1 < kProbesPerBlock && place[pi + 1] <= i)
+          ++pi;
+        const int64_t at = start[pi] + (i - place[pi]);
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          if (lane + 16 * c < chunks) x[u][c] = load_vec<T, 8>(kh + at * d + (lane + 16 * c) * 8);
+        }
+        id[u] = ih[at];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kTokensPerHalf; ++u) {
+      float s = 0.0f;
+      if (id[u] >= 0) {
+#pragma unroll
+        for (int c = 0; c < kChunks; ++c) {
+          if (lane + 16 * c < chunks) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+              s = fmaf(to_float(x[u][c].v[e]), qr[c][e], s);
+          }
+        }
+      }
+      s = half_warp_sum(s);
+      if (id[u] >= 0 && lane == 0) out[base + side * kTokensPerHalf + u] = make_item(s, id[u]);
+    }
+  }
+}
+
+/// A block per query row: the k best of its candidates, best first; (-inf, -1) past them.
+__global__ void __launch_bounds__(kSelectThreads)
+    best_kernel(const uint64_t* cand, const int64_t* lengths, int64_t max_candidates, int64_t k,
+                float* scores, int64_t* ids) {
+  __shared__ SelectShared s;
+  extern __shared__ uint64_t best[];  // a power of two >= k, >= 64
+  __shared__ uint32_t taken;
+  const int64_t r = blockIdx.x, n = lengths[r];
+  const uint64_t* row = cand + r * max_candidates;
+  const auto load = [&](int64_t i) { return row[i]; };
+  uint64_t it[kHeldItems];
+  const int mine = n <= kHeldTile ? load_run(0, n, run_length(n), load, it) : 0;
+  const auto each = [&](auto f) { for_each_item(n, load, it, mine, f); };
+  select_bound(n, k, each, s);
+  const int count = static_cast<int>(min(n, k));
+  int width = 64;
+  while (width < count)
+    width <<= 1;
+  if (threadIdx.x == 0) taken = 0;
+  __syncthreads();
+  const uint64_t mask = s.mask, prefix = s.prefix;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  each([&](uint64_t item, bool valid) {
+    const bool in = valid && (item & mask) >= prefix;
+    const unsigned ballot = __ballot_sync(0xffffffffu, in);
+    if (ballot == 0) return;
+    uint32_t slot = 0;
+    if (lane == 0) slot = atomicAdd(&taken, static_cast<uint32_t>(__popc(ballot)));
+    slot = __shfl_sync(0xffffffffu, slot, 0) + __popc(ballot & ((1u << lane) - 1));
+    if (in) best[slot] = item;
+  });
+  for (int i = count + threadIdx.x; i < width; i += kSelectThreads)
+    best[i] = 0;
+  __syncthreads();
+  sort_descending(best, width);
+  for (int64_t i = threadIdx.x; i < k; i += kSelectThreads) {
+    float score = -INFINITY;
+    int64_t id = -1;
+    if (i < count) {
+      score = item_score(best[i]);
+      if (score != -INFINITY) id = item_id(best[i]);
+    }
+    scores[r * k + i] = score;
+    ids[r * k + i] = id;
+  }
 }
 
 }  // namespace
@@ -134,48 +335,74 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
   const unsigned char* ix = call.buffer;
   const int d = static_cast<int>(s.dim);
   const int64_t rows = call.q_heads * call.n_queries;
+  if (rows == 0) return Status();
   const int64_t group = call.q_heads / s.heads;
+  const int64_t head_rows = group * call.n_queries;
+  const int64_t row_tiles = (head_rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const T* queries = static_cast<const T*>(call.queries);
   auto* cluster_scores = reinterpret_cast<float*>(ws + w.cluster_scores);
-  auto* probe_scores = reinterpret_cast<float*>(ws + w.probe_scores);
   auto* probes = reinterpret_cast<int32_t*>(ws + w.probes);
-  auto* cand_scores = reinterpret_cast<float*>(ws + w.cand_scores);
-  auto* cand_ids = reinterpret_cast<int32_t*>(ws + w.cand_ids);
-  auto* best = reinterpret_cast<int32_t*>(ws + w.best);
+  auto* starts = reinterpret_cast<int64_t*>(ws + w.starts);
+  auto* places = reinterpret_cast<int64_t*>(ws + w.places);
+  auto* cand = reinterpret_cast<uint64_t*>(ws + w.candidates);
+  auto* lengths = reinterpret_cast<int64_t*>(ws + w.lengths);
 
-  cluster_scores_kernel<T><<<blocks_for(rows * call.n_clusters, 8), 256, 0, stream>>>(
-      queries, reinterpret_cast<const float*>(ix + call.index.centroids),
-      reinterpret_cast<const int32_t*>(ix + call.index.sizes), rows, call.n_queries, group,
-      s.max_clusters, call.n_clusters, d, cluster_scores);
+  const dim3 score_grid(
+      static_cast<unsigned>(s.heads * row_tiles),
+      static_cast<unsigned>((call.n_clusters + kCentroidsPerBlock - 1) / kCentroidsPerBlock));
+  const size_t score_smem =
+      static_cast<size_t>(std::min<int64_t>(kRowsPerBlock, head_rows) * d) * sizeof(float);
+  const auto scores_with = [&](auto chunks) {
+    constexpr int kChunks = decltype(chunks)::value;
+    cluster_scores_kernel<T, kChunks><<<score_grid, kScoreThreads, score_smem, stream>>>(
+        queries, reinterpret_cast<const T*>(ix + call.index.centroids_lp),
+        reinterpret_cast<const int32_t*>(ix + call.index.sizes), head_rows, row_tiles,
+        s.max_clusters, call.n_clusters, d, 1.0f, cluster_scores);
+  };
+  const dim3 cand_grid(
+      static_cast<unsigned>(rows),
+      static_cast<unsigned>((call.n_probe + kProbesPerBlock - 1) / kProbesPerBlock));
+  const auto candidates_with = [&](auto chunks) {
+    constexpr int kChunks = decltype(chunks)::value;
+    candidates_kernel<T, kChunks><<<cand_grid, kCandidateThreads, 0, stream>>>(
+        queries, starts, places, reinterpret_cast<const int32_t*>(ix + call.index.ids),
+        reinterpret_cast<const T*>(ix + call.index.keys), call.n_queries, group, s.capacity,
+        call.n_probe, d, call.max_candidates, cand);
+  };
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  using Four = std::integral_constant<int, 4>;
+  if (d <= 128) {
+    scores_with(One{});
+  } else if (d <= 256) {
+    scores_with(Two{});
+  } else {
+    scores_with(Four{});
+  }
   if (Status st = check_launch(kSearch, stream); !st.ok()) return st;
-  TopkOptions by_rank;
-  by_rank.index_dtype = DType::kInt32;
-  if (Status st = topk({cluster_scores, call.n_clusters}, {probe_scores, call.n_probe},
-                       {probes, call.n_probe}, rows, call.n_clusters, call.n_probe, DType::kFloat32,
-                       by_rank, ws + w.topk, w.topk_bytes, stream);
-      !st.ok()) {
-    return st;
-  }
-  const size_t smem = static_cast<size_t>(call.n_probe + 1) * sizeof(int64_t);
-  const auto candidates = candidates_kernel<T>;
-  if (Status st = allow_dynamic_smem(kSearch, reinterpret_cast<const void*>(candidates), smem);
-      !st.ok()) {
-    return st;
-  }
-  candidates<<<static_cast<unsigned>(rows), 256, smem, stream>>>(
-      queries, probes, reinterpret_cast<const int64_t*>(ix + call.index.offsets),
-      reinterpret_cast<const int32_t*>(ix + call.index.ids),
-      reinterpret_cast<const T*>(ix + call.index.keys), call.n_queries, group, s.max_clusters,
-      s.capacity, call.n_probe, d, call.max_candidates, cand_scores, cand_ids);
+  probes_kernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
+      cluster_scores, reinterpret_cast<const int64_t*>(ix + call.index.offsets), call.n_clusters,
+      call.n_queries, group, s.max_clusters, call.n_probe, call.max_candidates, probes, starts,
+      places, lengths);
   if (Status st = check_launch(kSearch, stream); !st.ok()) return st;
-  if (Status st = topk({cand_scores, call.max_candidates}, {call.scores, call.k}, {best, call.k},
-                       rows, call.max_candidates, call.k, DType::kFloat32, by_rank, ws + w.topk,
-                       w.topk_bytes, stream);
+  if (d <= 128) {
+    candidates_with(One{});
+  } else if (d <= 256) {
+    candidates_with(Two{});
+  } else {
+    candidates_with(Four{});
+  }
+  if (Status st = check_launch(kSearch, stream); !st.ok()) return st;
+  int64_t width = 64;
+  while (width < call.k)
+    width <<= 1;
+  const size_t smem = static_cast<size_t>(width) * sizeof(uint64_t);
+  if (Status st = allow_dynamic_smem(kSearch, reinterpret_cast<const void*>(best_kernel), smem);
       !st.ok()) {
     return st;
   }
-  best_ids_kernel<<<blocks_for(rows * call.k, 256), 256, 0, stream>>>(
-      best, cand_ids, call.scores, rows, call.k, call.max_candidates, call.ids);
+  best_kernel<<<static_cast<unsigned>(rows), kSelectThreads, smem, stream>>>(
+      cand, lengths, call.max_candidates, call.k, call.scores, call.ids);
   return check_launch(kSearch, stream);
 }
 

@@ -409,7 +409,10 @@ struct DeviceIndex {
   const int64_t h = c.heads, cm = index.shape.max_clusters, cap = index.shape.capacity;
   auto* base = static_cast<unsigned char*>(out->buffer.get());
   const std::vector<float> means = Copy<float>(base + out->layout.means, h * c.dim);
-  const std::vector<float> centroids = Copy<float>(base + out->layout.centroids, h * cm * c.dim);
+  // The search scores clusters with the centroids in the keys' dtype: the reference ranks by them.
+  HostArray centroids(c.dtype, h * cm * c.dim);
+  cudaMemcpy(centroids.data(), base + out->layout.centroids_lp,
+             static_cast<size_t>(centroids.size_bytes()), cudaMemcpyDeviceToHost);
   const std::vector<int64_t> offsets = Copy<int64_t>(base + out->layout.offsets, h * (cm + 1));
   const std::vector<int32_t> ids = Copy<int32_t>(base + out->layout.ids, h * cap);
   ref::IvfIndexReference& st = out->state;
@@ -426,7 +429,7 @@ struct DeviceIndex {
   for (int64_t hh = 0; hh < h; ++hh) {
     for (int64_t j = 0; j < c.clusters; ++j) {
       for (int64_t e = 0; e < c.dim; ++e)
-        st.centroids[(hh * c.clusters + j) * c.dim + e] = centroids[(hh * cm + j) * c.dim + e];
+        st.centroids[(hh * c.clusters + j) * c.dim + e] = centroids.get((hh * cm + j) * c.dim + e);
     }
     for (int64_t j = 0; j <= c.clusters; ++j)
       st.offsets[hh * (c.clusters + 1) + j] = offsets[hh * (cm + 1) + j];
@@ -582,6 +585,28 @@ std::vector<SearchCase> SearchCases() {
     wide.k = 100;
     wide.n_probe = 6;
     cases.push_back(wide);
+    wide.build.dim = 96;  // lanes with one 8-value chunk of 96 and none of the rest
+    wide.k = 7;
+    wide.n_probe = 31;
+    cases.push_back(wide);
+    // More rows per kv head than a score block holds, more clusters than a select's digit, the
+    // largest k, every cluster probed: the exact top k.
+    SearchCase big;
+    big.build.dtype = dtype;
+    big.build.heads = 2;
+    big.build.seq = 5001;
+    big.build.dim = 256;
+    big.build.clusters = 2400;
+    big.build.segments = 3;
+    big.build.n_iters = 3;
+    big.q_heads = 4;
+    big.n_queries = 9;
+    big.k = kIvfMaxK;
+    big.n_probe = 2400;
+    cases.push_back(big);
+    big.k = 333;
+    big.n_probe = 77;
+    cases.push_back(big);
   }
   return cases;
 }
