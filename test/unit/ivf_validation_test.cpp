@@ -202,7 +202,8 @@ TEST(IvfSearchValidation, Parameters) {
   s = Search();
   s.params.k = kIvfMaxK + 1;
   s.params.max_candidates = 10000;
-  EXPECT_TRUE(FailsWith(s.run(), StatusCode::kInvalidArgument, {"params.k", "(10000), 4096", "4097"}));
+  EXPECT_TRUE(
+      FailsWith(s.run(), StatusCode::kInvalidArgument, {"params.k", "(10000), 4096", "4097"}));
   s = Search();
   s.params.max_candidates = 50;  // below k
   EXPECT_TRUE(FailsWith(s.run(), StatusCode::kInvalidArgument, {"params.k", "(50)"}));
