@@ -5,9 +5,10 @@ keys centred by its mean, segments clustered by batched spherical k-means from s
 the global pass in chunks of tokens, each head's tokens grouped by cluster with a stable argsort,
 keys and values gathered in that order). Search: Index.search beside exact search in torch (a
 bmm of the queries with every key of their head, then topk), with recall@k of the index against
-that exact search at several n_probe. Times are medians of CUDA-event timings after warm-up calls
-(rowwise_torch.timed). Keys are a mixture of directions per head with a large common offset, as
-attention keys are; queries lie near keys. Prints Markdown tables.
+that exact search at several n_probe; and the retrieval (clusters by the group's softmax, their
+tokens gathered into blocks) at the search's shape. Times are medians of CUDA-event timings after
+warm-up calls (rowwise_torch.timed). Keys are a mixture of directions per head with a large common
+offset, as attention keys are; queries lie near keys. Prints Markdown tables.
 """
 
 import torch
@@ -92,6 +93,15 @@ def main():
                    for a, b in zip(ids.reshape(qh, k), exact_ids.reshape(qh, k)))
         print(f"| {kv}, {qh}, {s}, {d} | {clusters} | {k} | {n_probe} | {t * 1e6:.1f} | "
               f"{exact_time * 1e6:.1f} | {exact_time / t:.1f}x | {hits / (qh * k):.3f} |")
+    print("\n| retrieve: kv heads, q heads, tokens, dim | clusters | n_probe | tokens per block "
+          "(largest) | mean length | cudaops (us) | gathered GB/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for n_probe in PROBES:
+        t = timed(lambda n_probe=n_probe: index.retrieve(queries, n_probe), 10, 5)
+        k_out, v_out, _, lengths = index.retrieve(queries, n_probe)
+        moved = (k_out.numel() + v_out.numel()) * 2 * 2  # the blocks read and written
+        print(f"| {kv}, {qh}, {s}, {d} | {clusters} | {n_probe} | {k_out.shape[2]} | "
+              f"{lengths.double().mean().item():.0f} | {t * 1e6:.1f} | {moved / t / 1e9:.0f} |")
 
 
 if __name__ == "__main__":

@@ -153,6 +153,60 @@ CUDAOPS_EXPORT Status ivf_search(const IvfIndex& index, const IvfQueries& querie
                                  const IvfSearchParams& params, float* d_scores, int64_t* d_ids,
                                  void* d_workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// Retrieval (RetroInfer): the clusters a decoding step attends to exactly, and their tokens
+// gathered for an attention kernel. With `group`, one row per (kv head, query): clusters ranked
+// by softmax(q . c / sqrt(D)) over the head's clusters, summed over the kv head's query heads;
+// without, one row per (query head, query), ranked by q . c as the search ranks them. Either way
+// with the centroids in the keys' dtype and float32 arithmetic; empty clusters never chosen. The
+// chosen clusters of a row are in ascending cluster order (their tokens stay in index order),
+// -1 past the non-empty clusters.
+
+/// Which clusters a row probes.
+struct IvfProbeParams {
+  int64_t n_probe = 0;  ///< clusters per row, 1 to the index's n_clusters
+  bool group =
+      true;  ///< rows per (kv head, query), ranked over the query group; else per query head
+};
+
+/// Rows of clusters (or retrieved blocks) of `queries`: H * Q with params.group, else Hq * Q.
+CUDAOPS_EXPORT Status ivf_clusters_workspace_size(const IvfIndex& index, const IvfQueries& queries,
+                                                  const IvfProbeParams& params, size_t* bytes);
+
+/// The chosen clusters: d_clusters [rows, n_probe] int32.
+CUDAOPS_EXPORT Status ivf_clusters(const IvfIndex& index, const IvfQueries& queries,
+                                   const IvfProbeParams& params, int32_t* d_clusters,
+                                   void* d_workspace, size_t workspace_bytes, cudaStream_t stream);
+
+/// How to retrieve.
+struct IvfRetrieveParams {
+  IvfProbeParams probe;
+  /// Tokens per row of the blocks (their static size), >= 1. A row's tokens past it (those of its
+  /// last clusters in cluster order) are dropped; n_probe times the largest cluster (which the
+  /// index keeps) never drops any.
+  int64_t max_tokens = 0;
+};
+
+/// Where retrieved rows go (device, 16-byte aligned): keys [rows, max_tokens, D] and values
+/// [rows, max_tokens, value_dim] in the index's dtype (zero past a row's length; values null to
+/// skip them, and null for an index without values), ids [rows, max_tokens] token positions (-1
+/// past the length), lengths [rows].
+struct IvfRetrieved {
+  void* keys = nullptr;
+  void* values = nullptr;
+  int64_t* ids = nullptr;
+  int64_t* lengths = nullptr;
+};
+
+/// Bytes of workspace ivf_retrieve needs (no device needed).
+CUDAOPS_EXPORT Status ivf_retrieve_workspace_size(const IvfIndex& index, const IvfQueries& queries,
+                                                  const IvfRetrieveParams& params, size_t* bytes);
+
+/// Chooses each row's clusters as ivf_clusters does and gathers their keys, values and token
+/// positions into `out`, one block per row, padded to max_tokens; no host synchronisation.
+CUDAOPS_EXPORT Status ivf_retrieve(const IvfIndex& index, const IvfQueries& queries,
+                                   const IvfRetrieveParams& params, const IvfRetrieved& out,
+                                   void* d_workspace, size_t workspace_bytes, cudaStream_t stream);
+
 // Files: an index's held part (its tokens and clusters, not its spare capacity) as a file of
 // named arrays (docs/ivf.md): magic bytes, a major.minor version, a byte-order mark, each array's
 // name, dtype, shape, offset and CRC-32. Written to a temporary file of the same directory renamed

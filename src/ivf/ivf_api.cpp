@@ -212,23 +212,30 @@ Status extend_layout(const char* op, const IvfIndex& index, const IvfInput& inpu
   return Status();
 }
 
-/// The search's sizes: every argument but the memory checked, the workspace laid out.
-Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
-                     const IvfSearchParams& params, int64_t* max_candidates, SearchLayout* l) {
-  const IvfShape& s = index.shape;
-  if (Status st = layout_of(op, s, &l->index); !st.ok()) return st;
-  if (Status st = check_held(op, index); !st.ok()) return st;
+/// The query rows' checks shared by the search and the retrieval: Hq a positive multiple of H,
+/// Hq * Q below 2^31.
+Status check_queries(const char* op, const IvfShape& s, const IvfQueries& queries, int64_t* rows) {
   if (queries.q_heads < 1 || queries.q_heads % s.heads != 0) {
     return invalid(op, "queries.q_heads (" + std::to_string(queries.q_heads) +
                            ") must be a positive multiple of the index's heads (" +
                            std::to_string(s.heads) + ")");
   }
   if (Status st = check_count(op, "queries.n_queries", queries.n_queries); !st.ok()) return st;
-  int64_t rows = 0;
-  if (!checked_mul(queries.q_heads, queries.n_queries, &rows) ||
-      rows > std::numeric_limits<int32_t>::max()) {
+  if (!checked_mul(queries.q_heads, queries.n_queries, rows) ||
+      *rows > std::numeric_limits<int32_t>::max()) {
     return invalid(op, "queries.q_heads * queries.n_queries must be below 2^31");
   }
+  return Status();
+}
+
+/// The search's sizes: every argument but the memory checked, the workspace laid out.
+Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
+                     const IvfSearchParams& params, int64_t* max_candidates, SearchLayout* l) {
+  const IvfShape& s = index.shape;
+  if (Status st = layout_of(op, s, &l->index); !st.ok()) return st;
+  if (Status st = check_held(op, index); !st.ok()) return st;
+  int64_t rows = 0;
+  if (Status st = check_queries(op, s, queries, &rows); !st.ok()) return st;
   if (params.n_probe < 1 || params.n_probe > index.n_clusters) {
     return invalid(op, "params.n_probe must be from 1 to the index's clusters (" +
                            std::to_string(index.n_clusters) + "), got " +
@@ -253,6 +260,41 @@ Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& qu
   l->bytes = p.offset;
   if (p.overflow) return invalid(op, "the workspace size overflows");
   *max_candidates = m;
+  return Status();
+}
+
+/// The sizes of ivf_clusters (max_tokens 0) or ivf_retrieve: every argument but the memory
+/// checked, the workspace laid out; *rows the result's rows.
+Status probe_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
+                    const IvfProbeParams& params, int64_t max_tokens, bool retrieve, int64_t* rows,
+                    ProbeLayout* l) {
+  const IvfShape& s = index.shape;
+  if (Status st = layout_of(op, s, &l->index); !st.ok()) return st;
+  if (Status st = check_held(op, index); !st.ok()) return st;
+  int64_t query_rows = 0;
+  if (Status st = check_queries(op, s, queries, &query_rows); !st.ok()) return st;
+  if (params.n_probe < 1 || params.n_probe > index.n_clusters) {
+    return invalid(op, std::string(retrieve ? "params.probe.n_probe" : "params.n_probe") +
+                           " must be from 1 to the index's clusters (" +
+                           std::to_string(index.n_clusters) + "), got " +
+                           std::to_string(params.n_probe));
+  }
+  if (retrieve && max_tokens < 1) {
+    return invalid(op, "params.max_tokens must be >= 1, got " + std::to_string(max_tokens));
+  }
+  *rows = params.group ? s.heads * queries.n_queries : query_rows;
+  Pieces p;
+  l->cluster_scores = p.add({query_rows, index.n_clusters, 4});
+  if (params.group) {
+    l->stats = p.add({query_rows, 2, 4});
+    l->group_scores = p.add({*rows, index.n_clusters, 4});
+  }
+  if (retrieve) l->probes = p.add({*rows, params.n_probe, 4});
+  l->starts = p.add({*rows, params.n_probe, 8});
+  l->places = p.add({*rows, params.n_probe + 1, 8});
+  if (!retrieve) l->lengths = p.add({*rows, 8});
+  l->bytes = p.offset;
+  if (p.overflow) return invalid(op, "the workspace size overflows");
   return Status();
 }
 
@@ -479,6 +521,203 @@ Status ivf_search(const IvfIndex& index, const IvfQueries& queries, const IvfSea
   return index.shape.dtype == DType::kFloat16
              ? detail::ivf::launch_search<__half>(call, stream)
              : detail::ivf::launch_search<__nv_bfloat16>(call, stream);
+}
+
+namespace detail::ivf {
+namespace {
+
+/// The index and queries memory of a retrieval or clusters call (as the search checks them).
+Status check_probe_memory(const char* op, const IvfIndex& index, const IvfQueries& queries) {
+  if (index.data == nullptr) return invalid(op, "index.data must not be null");
+  if (reinterpret_cast<uintptr_t>(index.data) % 256 != 0) {
+    return Status(StatusCode::kMisaligned,
+                  std::string(op) + ": index.data must be 256-byte aligned");
+  }
+  if (queries.data == nullptr) return invalid(op, "queries.data must not be null");
+  if (reinterpret_cast<uintptr_t>(queries.data) % 16 != 0) {
+    return Status(StatusCode::kMisaligned,
+                  std::string(op) + ": queries.data must be 16-byte aligned");
+  }
+  return Status();
+}
+
+Status check_workspace(const char* op, const char* query, void* workspace, size_t bytes,
+                       size_t needed) {
+  if (bytes < needed) {
+    std::ostringstream text;
+    text << op << ": workspace_bytes " << bytes << " is below the " << needed << " bytes " << query
+         << " gives";
+    return Status(StatusCode::kWorkspaceTooSmall, text.str());
+  }
+  if (workspace == nullptr) return invalid(op, "d_workspace must not be null");
+  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
+    return Status(StatusCode::kMisaligned,
+                  std::string(op) + ": d_workspace must be 256-byte aligned");
+  }
+  return Status();
+}
+
+ProbeCall probe_call(const IvfIndex& index, const IvfQueries& queries, const IvfProbeParams& params,
+                     const ProbeLayout& l, void* workspace) {
+  ProbeCall call;
+  call.shape = index.shape;
+  call.index = l.index;
+  call.buffer = static_cast<const unsigned char*>(index.data);
+  call.n_clusters = index.n_clusters;
+  call.queries = queries.data;
+  call.q_heads = queries.q_heads;
+  call.n_queries = queries.n_queries;
+  call.n_probe = params.n_probe;
+  call.group = params.group;
+  call.workspace = static_cast<unsigned char*>(workspace);
+  call.layout = l;
+  return call;
+}
+
+Status run_probe(const ProbeCall& call, cudaStream_t stream) {
+  return call.shape.dtype == DType::kFloat16 ? launch_probe<__half>(call, stream)
+                                             : launch_probe<__nv_bfloat16>(call, stream);
+}
+
+}  // namespace
+}  // namespace detail::ivf
+
+Status ivf_clusters_workspace_size(const IvfIndex& index, const IvfQueries& queries,
+                                   const IvfProbeParams& params, size_t* bytes) {
+  constexpr const char* kOp = "ivf_clusters_workspace_size";
+  if (bytes == nullptr) return detail::ivf::invalid(kOp, "bytes must not be null");
+  detail::ivf::ProbeLayout l;
+  int64_t rows = 0;
+  if (Status s = detail::ivf::probe_layout(kOp, index, queries, params, 0, false, &rows, &l);
+      !s.ok()) {
+    return s;
+  }
+  *bytes = l.bytes;
+  return Status();
+}
+
+Status ivf_clusters(const IvfIndex& index, const IvfQueries& queries, const IvfProbeParams& params,
+                    int32_t* d_clusters, void* d_workspace, size_t workspace_bytes,
+                    cudaStream_t stream) {
+  constexpr const char* kOp = "ivf_clusters";
+  detail::ivf::ProbeLayout l;
+  int64_t rows = 0;
+  if (Status s = detail::ivf::probe_layout(kOp, index, queries, params, 0, false, &rows, &l);
+      !s.ok()) {
+    return s;
+  }
+  if (rows == 0) return Status();
+  if (Status s = detail::ivf::check_probe_memory(kOp, index, queries); !s.ok()) return s;
+  const int64_t results = rows * params.n_probe;
+  if (Status s = detail::check_pointer(kOp, "d_clusters", d_clusters, results, DType::kInt32);
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = detail::ivf::check_workspace(kOp, "ivf_clusters_workspace_size", d_workspace,
+                                              workspace_bytes, l.bytes);
+      !s.ok()) {
+    return s;
+  }
+  const size_t query_bytes =
+      static_cast<size_t>(queries.q_heads * queries.n_queries * index.shape.dim) * 2;
+  if (Status s = detail::check_overlaps(
+          kOp,
+          {detail::byte_region("queries.data", queries.data, query_bytes, false),
+           detail::byte_region("index.data", index.data, l.index.bytes, false),
+           detail::byte_region("d_clusters", d_clusters, static_cast<size_t>(results) * 4, true),
+           detail::byte_region("d_workspace", d_workspace, l.bytes, true)});
+      !s.ok())
+    return s;
+  detail::ivf::ProbeCall call = detail::ivf::probe_call(index, queries, params, l, d_workspace);
+  call.max_tokens = index.tokens;
+  call.clusters = d_clusters;
+  return detail::ivf::run_probe(call, stream);
+}
+
+Status ivf_retrieve_workspace_size(const IvfIndex& index, const IvfQueries& queries,
+                                   const IvfRetrieveParams& params, size_t* bytes) {
+  constexpr const char* kOp = "ivf_retrieve_workspace_size";
+  if (bytes == nullptr) return detail::ivf::invalid(kOp, "bytes must not be null");
+  detail::ivf::ProbeLayout l;
+  int64_t rows = 0;
+  if (Status s = detail::ivf::probe_layout(kOp, index, queries, params.probe, params.max_tokens,
+                                           true, &rows, &l);
+      !s.ok()) {
+    return s;
+  }
+  *bytes = l.bytes;
+  return Status();
+}
+
+Status ivf_retrieve(const IvfIndex& index, const IvfQueries& queries,
+                    const IvfRetrieveParams& params, const IvfRetrieved& out, void* d_workspace,
+                    size_t workspace_bytes, cudaStream_t stream) {
+  constexpr const char* kOp = "ivf_retrieve";
+  detail::ivf::ProbeLayout l;
+  int64_t rows = 0;
+  if (Status s = detail::ivf::probe_layout(kOp, index, queries, params.probe, params.max_tokens,
+                                           true, &rows, &l);
+      !s.ok()) {
+    return s;
+  }
+  if (rows == 0) return Status();
+  if (Status s = detail::ivf::check_probe_memory(kOp, index, queries); !s.ok()) return s;
+  const IvfShape& sh = index.shape;
+  int64_t places = 0, key_elems = 0, value_elems = 0;
+  if (!detail::checked_mul(rows, params.max_tokens, &places) || !detail::checked_mul(places, sh.dim, &key_elems) ||
+      !detail::checked_mul(places, sh.value_dim, &value_elems) ||
+      key_elems > std::numeric_limits<int64_t>::max() / 8) {
+    return detail::ivf::invalid(kOp, "rows * params.max_tokens * dim overflows");
+  }
+  if (Status s = detail::check_pointer(kOp, "out.keys", out.keys, key_elems, sh.dtype); !s.ok()) {
+    return s;
+  }
+  if (sh.value_dim == 0 && out.values != nullptr) {
+    return detail::ivf::invalid(kOp, "out.values must be null: the index holds no values");
+  }
+  if (out.values != nullptr) {
+    if (Status s = detail::check_pointer(kOp, "out.values", out.values, value_elems, sh.dtype);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (Status s = detail::check_pointer(kOp, "out.ids", out.ids, places, DType::kInt64); !s.ok()) {
+    return s;
+  }
+  if (Status s = detail::check_pointer(kOp, "out.lengths", out.lengths, rows, DType::kInt64);
+      !s.ok()) {
+    return s;
+  }
+  for (const auto& [name, p] :
+       {std::pair<const char*, const void*>{"out.keys", out.keys}, {"out.values", out.values}}) {
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      return Status(StatusCode::kMisaligned,
+                    std::string(kOp) + ": " + name + " must be 16-byte aligned");
+    }
+  }
+  if (Status s = detail::ivf::check_workspace(kOp, "ivf_retrieve_workspace_size", d_workspace,
+                                              workspace_bytes, l.bytes);
+      !s.ok()) {
+    return s;
+  }
+  const size_t query_bytes = static_cast<size_t>(queries.q_heads * queries.n_queries * sh.dim) * 2;
+  if (Status s = detail::check_overlaps(
+          kOp,
+          {detail::byte_region("queries.data", queries.data, query_bytes, false),
+           detail::byte_region("index.data", index.data, l.index.bytes, false),
+           detail::byte_region("out.keys", out.keys, static_cast<size_t>(key_elems) * 2, true),
+           detail::byte_region("out.values", out.values, static_cast<size_t>(value_elems) * 2,
+                               true),
+           detail::byte_region("out.ids", out.ids, static_cast<size_t>(places) * 8, true),
+           detail::byte_region("out.lengths", out.lengths, static_cast<size_t>(rows) * 8, true),
+           detail::byte_region("d_workspace", d_workspace, l.bytes, true)});
+      !s.ok())
+    return s;
+  detail::ivf::ProbeCall call =
+      detail::ivf::probe_call(index, queries, params.probe, l, d_workspace);
+  call.max_tokens = params.max_tokens;
+  call.out = out;
+  return detail::ivf::run_probe(call, stream);
 }
 
 namespace detail::ivf {

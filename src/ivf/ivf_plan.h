@@ -119,4 +119,37 @@ struct SearchCall {
 template <typename T>
 Status launch_search(const SearchCall& call, cudaStream_t stream);
 
+/// The workspace of ivf_clusters or ivf_retrieve (byte offsets, each 256-byte aligned); Rq =
+/// Hq * Q query rows, R rows of the result (H * Q with group, else Rq).
+struct ProbeLayout {
+  IvfLayout index;            // the index's buffer
+  size_t cluster_scores = 0;  // [Rq, C] float32
+  size_t stats = 0;           // [Rq, 2] float32: the largest score, 1 / the softmax's sum (group)
+  size_t group_scores = 0;    // [R, C] float32: softmax weights summed over the group (group)
+  size_t probes = 0;          // [R, n_probe] int32 (retrieve)
+  size_t starts = 0;          // [R, n_probe] int64
+  size_t places = 0;          // [R, n_probe + 1] int64
+  size_t lengths = 0;         // [R] int64 (clusters)
+  size_t bytes = 0;
+};
+
+struct ProbeCall {
+  IvfShape shape;
+  IvfLayout index;
+  const unsigned char* buffer = nullptr;
+  int64_t n_clusters = 0;
+  const void* queries = nullptr;
+  int64_t q_heads = 0, n_queries = 0;
+  int64_t n_probe = 0;
+  bool group = true;
+  int64_t max_tokens = 0;       // the retrieved blocks' rows (clusters: the index's tokens)
+  int32_t* clusters = nullptr;  // ivf_clusters' output; null for a retrieval
+  IvfRetrieved out;             // a retrieval's outputs
+  unsigned char* workspace = nullptr;
+  ProbeLayout layout;
+};
+
+template <typename T>
+Status launch_probe(const ProbeCall& call, cudaStream_t stream);
+
 }  // namespace cudaops::detail::ivf

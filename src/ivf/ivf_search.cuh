@@ -325,6 +325,35 @@ __global__ void __launch_bounds__(kSelectThreads)
   }
 }
 
+/// Scores of every query row against its kv head's clusters (cluster_scores_kernel), scaled.
+template <typename T>
+void launch_cluster_scores(const IvfShape& s, const IvfLayout& index, const unsigned char* ix,
+                           const T* queries, int64_t q_heads, int64_t n_queries, int64_t n_clusters,
+                           float scale, float* scores, cudaStream_t stream) {
+  const int d = static_cast<int>(s.dim);
+  const int64_t head_rows = q_heads / s.heads * n_queries;
+  const int64_t row_tiles = (head_rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  const dim3 grid(
+      static_cast<unsigned>(s.heads * row_tiles),
+      static_cast<unsigned>((n_clusters + kCentroidsPerBlock - 1) / kCentroidsPerBlock));
+  const size_t smem =
+      static_cast<size_t>(std::min<int64_t>(kRowsPerBlock, head_rows) * d) * sizeof(float);
+  const auto with = [&](auto chunks) {
+    constexpr int kChunks = decltype(chunks)::value;
+    cluster_scores_kernel<T, kChunks><<<grid, kScoreThreads, smem, stream>>>(
+        queries, reinterpret_cast<const T*>(ix + index.centroids_lp),
+        reinterpret_cast<const int32_t*>(ix + index.sizes), head_rows, row_tiles, s.max_clusters,
+        n_clusters, d, scale, scores);
+  };
+  if (d <= 128) {
+    with(std::integral_constant<int, 1>{});
+  } else if (d <= 256) {
+    with(std::integral_constant<int, 2>{});
+  } else {
+    with(std::integral_constant<int, 4>{});
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -337,8 +366,6 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
   const int64_t rows = call.q_heads * call.n_queries;
   if (rows == 0) return Status();
   const int64_t group = call.q_heads / s.heads;
-  const int64_t head_rows = group * call.n_queries;
-  const int64_t row_tiles = (head_rows + kRowsPerBlock - 1) / kRowsPerBlock;
   const T* queries = static_cast<const T*>(call.queries);
   auto* cluster_scores = reinterpret_cast<float*>(ws + w.cluster_scores);
   auto* probes = reinterpret_cast<int32_t*>(ws + w.probes);
@@ -347,18 +374,6 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
   auto* cand = reinterpret_cast<uint64_t*>(ws + w.candidates);
   auto* lengths = reinterpret_cast<int64_t*>(ws + w.lengths);
 
-  const dim3 score_grid(
-      static_cast<unsigned>(s.heads * row_tiles),
-      static_cast<unsigned>((call.n_clusters + kCentroidsPerBlock - 1) / kCentroidsPerBlock));
-  const size_t score_smem =
-      static_cast<size_t>(std::min<int64_t>(kRowsPerBlock, head_rows) * d) * sizeof(float);
-  const auto scores_with = [&](auto chunks) {
-    constexpr int kChunks = decltype(chunks)::value;
-    cluster_scores_kernel<T, kChunks><<<score_grid, kScoreThreads, score_smem, stream>>>(
-        queries, reinterpret_cast<const T*>(ix + call.index.centroids_lp),
-        reinterpret_cast<const int32_t*>(ix + call.index.sizes), head_rows, row_tiles,
-        s.max_clusters, call.n_clusters, d, 1.0f, cluster_scores);
-  };
   const dim3 cand_grid(
       static_cast<unsigned>(rows),
       static_cast<unsigned>((call.n_probe + kProbesPerBlock - 1) / kProbesPerBlock));
@@ -372,13 +387,8 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
   using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
   using Four = std::integral_constant<int, 4>;
-  if (d <= 128) {
-    scores_with(One{});
-  } else if (d <= 256) {
-    scores_with(Two{});
-  } else {
-    scores_with(Four{});
-  }
+  launch_cluster_scores(s, call.index, ix, queries, call.q_heads, call.n_queries, call.n_clusters,
+                        1.0f, cluster_scores, stream);
   if (Status st = check_launch(kSearch, stream); !st.ok()) return st;
   probes_kernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
       cluster_scores, reinterpret_cast<const int64_t*>(ix + call.index.offsets), call.n_clusters,

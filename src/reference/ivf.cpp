@@ -212,6 +212,80 @@ std::vector<int32_t> ivf_probe(const IvfIndexReference& index, const HostArray& 
   return probed;
 }
 
+std::vector<double> ivf_cluster_scores(const IvfIndexReference& index, const HostArray& queries,
+                                       int64_t q_heads, int64_t n_queries, bool group) {
+  const IvfShape& sh = index.shape;
+  check_queries(sh, queries, q_heads, n_queries);
+  const int64_t C = sh.clusters, D = sh.dim, per = q_heads / sh.heads;
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t rows = (group ? sh.heads : q_heads) * n_queries;
+  std::vector<double> out(static_cast<size_t>(rows * C), group ? 0.0 : -inf);
+  for (int64_t g = 0; g < q_heads; ++g) {
+    const int64_t h = g / per;
+    const int64_t* off = index.offsets.data() + h * (C + 1);
+    for (int64_t q = 0; q < n_queries; ++q) {
+      std::vector<double> s(static_cast<size_t>(C), -inf);
+      double top = -inf;
+      for (int64_t c = 0; c < C; ++c) {
+        if (off[c + 1] == off[c]) continue;
+        s[static_cast<size_t>(c)] =
+            dot(queries, (g * n_queries + q) * D, index.centroids, (h * C + c) * D, D);
+        if (group) s[static_cast<size_t>(c)] /= std::sqrt(static_cast<double>(D));
+        top = std::max(top, s[static_cast<size_t>(c)]);
+      }
+      if (!group) {
+        std::copy(s.begin(), s.end(), out.begin() + (g * n_queries + q) * C);
+        continue;
+      }
+      double sum = 0.0;
+      for (double v : s)
+        sum += v == -inf ? 0.0 : std::exp(v - top);
+      double* row = out.data() + (h * n_queries + q) * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const double v = s[static_cast<size_t>(c)];
+        if (v != -inf) row[c] += std::exp(v - top) / sum;
+      }
+    }
+  }
+  if (group) {
+    for (int64_t h = 0; h < sh.heads; ++h) {
+      const int64_t* off = index.offsets.data() + h * (C + 1);
+      for (int64_t q = 0; q < n_queries; ++q) {
+        for (int64_t c = 0; c < C; ++c) {
+          if (off[c + 1] == off[c]) out[static_cast<size_t>((h * n_queries + q) * C + c)] = -inf;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> ivf_clusters(const IvfIndexReference& index, const HostArray& queries,
+                                  int64_t q_heads, int64_t n_queries, int64_t n_probe, bool group) {
+  const int64_t C = index.shape.clusters;
+  require(n_probe >= 1 && n_probe <= C, "n_probe must be in [1, clusters]");
+  const std::vector<double> scores = ivf_cluster_scores(index, queries, q_heads, n_queries, group);
+  const int64_t rows = static_cast<int64_t>(scores.size()) / C;
+  std::vector<int32_t> out(static_cast<size_t>(rows * n_probe), -1);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<std::pair<double, int64_t>> ranked;
+    for (int64_t c = 0; c < C; ++c) {
+      const double v = scores[static_cast<size_t>(r * C + c)];
+      if (v != -std::numeric_limits<double>::infinity()) ranked.emplace_back(v, c);
+    }
+    std::vector<double> best(static_cast<size_t>(n_probe));
+    std::vector<int64_t> ids(static_cast<size_t>(n_probe));
+    take_best(&ranked, n_probe, best.data(), ids.data());
+    std::vector<int64_t> chosen;
+    for (int64_t id : ids)
+      if (id >= 0) chosen.push_back(id);
+    std::sort(chosen.begin(), chosen.end());
+    for (size_t j = 0; j < chosen.size(); ++j)
+      out[static_cast<size_t>(r * n_probe) + j] = static_cast<int32_t>(chosen[j]);
+  }
+  return out;
+}
+
 IvfSearchReference ivf_search(const IvfIndexReference& index, const HostArray& keys,
                               const HostArray& queries, int64_t q_heads, int64_t n_queries,
                               int64_t k, int64_t n_probe) {

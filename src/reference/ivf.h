@@ -48,6 +48,17 @@ struct IvfSearchReference {
 std::vector<int32_t> ivf_probe(const IvfIndexReference& index, const HostArray& queries,
                                int64_t q_heads, int64_t n_queries, int64_t n_probe);
 
+/// The scores clusters are chosen by for retrieval: with `group`, rows (kv head h, query q) of
+/// softmax_c(q_g . c / sqrt(D)) summed over h's query heads g; without, rows (query head, query)
+/// of q . c. [rows, C], -inf for empty clusters.
+std::vector<double> ivf_cluster_scores(const IvfIndexReference& index, const HostArray& queries,
+                                       int64_t q_heads, int64_t n_queries, bool group);
+
+/// The n_probe clusters of the largest ivf_cluster_scores per row (ties to the lower cluster),
+/// in ascending order, -1 past the non-empty clusters: [rows, n_probe].
+std::vector<int32_t> ivf_clusters(const IvfIndexReference& index, const HostArray& queries,
+                                  int64_t q_heads, int64_t n_queries, int64_t n_probe, bool group);
+
 /// The k best tokens (q . k with the original keys, ties to the lower position) among the probed
 /// clusters' tokens.
 IvfSearchReference ivf_search(const IvfIndexReference& index, const HostArray& keys,

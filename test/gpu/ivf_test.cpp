@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <ostream>
@@ -644,6 +645,182 @@ std::vector<double> SearchOn(const IvfIndex& index, const HostArray& queries, in
 
 // Built over the first tokens, extended by the rest: the new tokens in clusters of their own
 // after the built ones, positions continued; probing every cluster is exact search over all.
+/// The clusters and the retrieved blocks of `c` (group or not) against the reference's ranking
+/// and the index's own contents.
+::testing::AssertionResult CheckRetrieve(const SearchCase& c, bool group, int64_t max_tokens) {
+  const HostArray keys = Keys(c.build, 13);
+  DeviceIndex dev;
+  if (auto r = BuildKept(c.build, keys, &dev); !r) return r;
+  const HostArray queries = Queries(c, keys, 17);
+  const int64_t d = c.build.dim, cap = dev.index.shape.capacity;
+  const int64_t cm = dev.index.shape.max_clusters, C = c.build.clusters;
+  const int64_t rows = (group ? c.build.heads : c.q_heads) * c.n_queries;
+  DeviceBuffer d_queries, d_clusters, workspace;
+  IvfQueries q;
+  q.q_heads = c.q_heads;
+  q.n_queries = c.n_queries;
+  IvfProbeParams probe;
+  probe.n_probe = c.n_probe;
+  probe.group = group;
+  size_t bytes = 0;
+  if (Status s = ivf_clusters_workspace_size(dev.index, q, probe, &bytes); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (!d_queries.allocate(queries.size_bytes()).ok() ||
+      !d_clusters.allocate(rows * c.n_probe * 4).ok() ||
+      !workspace.allocate(static_cast<int64_t>(bytes)).ok()) {
+    return ::testing::AssertionFailure() << "allocation";
+  }
+  cudaMemcpy(d_queries.get(), queries.data(), static_cast<size_t>(queries.size_bytes()),
+             cudaMemcpyHostToDevice);
+  cudaMemset(d_clusters.get(), 0x7f, static_cast<size_t>(rows * c.n_probe * 4));
+  q.data = d_queries.get();
+  if (Status s = ivf_clusters(dev.index, q, probe, d_clusters.as<int32_t>(), workspace.get(), bytes,
+                              nullptr);
+      !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (cudaDeviceSynchronize() != cudaSuccess) return ::testing::AssertionFailure() << "clusters";
+  const std::vector<int32_t> got = Copy<int32_t>(d_clusters.get(), rows * c.n_probe);
+  const std::vector<double> scores =
+      ref::ivf_cluster_scores(dev.state, queries, c.q_heads, c.n_queries, group);
+  const std::vector<int32_t> want =
+      ref::ivf_clusters(dev.state, queries, c.q_heads, c.n_queries, c.n_probe, group);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t* g = got.data() + r * c.n_probe;
+    const int32_t* w = want.data() + r * c.n_probe;
+    const double* sc = scores.data() + r * C;
+    // The chosen set may differ from the reference's only between scores float32 cannot tell
+    // apart: every chosen cluster scores within a tolerance of every one left out.
+    double lowest_in = INFINITY, highest_out = -INFINITY;
+    std::vector<bool> in(static_cast<size_t>(C), false);
+    for (int64_t j = 0; j < c.n_probe; ++j) {
+      if ((g[j] < 0) != (w[j] < 0)) {
+        return ::testing::AssertionFailure()
+               << "row " << r << " slot " << j << ": " << g[j] << ", reference " << w[j];
+      }
+      if (g[j] < 0) continue;
+      if (g[j] >= C || (j > 0 && g[j] <= g[j - 1]) || sc[g[j]] == -INFINITY) {
+        return ::testing::AssertionFailure()
+               << "row " << r << ": cluster " << g[j] << " out of order, range or empty";
+      }
+      in[static_cast<size_t>(g[j])] = true;
+      lowest_in = std::min(lowest_in, sc[g[j]]);
+    }
+    for (int64_t j = 0; j < C; ++j) {
+      if (!in[static_cast<size_t>(j)]) highest_out = std::max(highest_out, sc[j]);
+    }
+    if (highest_out > lowest_in + 1e-5 * (1 + std::abs(lowest_in))) {
+      return ::testing::AssertionFailure() << "row " << r << ": a cluster left out scores "
+                                           << highest_out << " above a chosen one's " << lowest_in;
+    }
+  }
+  if (!group) return ::testing::AssertionSuccess();
+  // The retrieval: each row's chosen clusters' tokens, in order, from the index's own copies.
+  IvfRetrieveParams params;
+  params.probe = probe;
+  params.max_tokens = max_tokens;
+  if (Status s = ivf_retrieve_workspace_size(dev.index, q, params, &bytes); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  const int64_t places = rows * max_tokens;
+  DeviceBuffer out_keys, out_ids, out_lengths, ws2;
+  if (!out_keys.allocate(places * d * 2).ok() || !out_ids.allocate(places * 8).ok() ||
+      !out_lengths.allocate(rows * 8).ok() || !ws2.allocate(static_cast<int64_t>(bytes)).ok()) {
+    return ::testing::AssertionFailure() << "allocation";
+  }
+  cudaMemset(out_keys.get(), 0x55, static_cast<size_t>(places * d * 2));
+  cudaMemset(out_ids.get(), 0x55, static_cast<size_t>(places * 8));
+  cudaMemset(out_lengths.get(), 0x55, static_cast<size_t>(rows * 8));
+  IvfRetrieved out;
+  out.keys = out_keys.get();
+  out.ids = out_ids.as<int64_t>();
+  out.lengths = out_lengths.as<int64_t>();
+  IvfRetrieved with_values = out;
+  with_values.values = out_keys.get();
+  if (Status s = ivf_retrieve(dev.index, q, params, with_values, ws2.get(), bytes, nullptr);
+      s.code() != StatusCode::kInvalidArgument) {
+    return ::testing::AssertionFailure() << "values of an index without values: " << s.to_string();
+  }
+  if (Status s = ivf_retrieve(dev.index, q, params, out, ws2.get(), bytes, nullptr); !s.ok()) {
+    return ::testing::AssertionFailure() << s.to_string();
+  }
+  if (cudaDeviceSynchronize() != cudaSuccess) return ::testing::AssertionFailure() << "retrieve";
+  const std::vector<uint16_t> got_keys = Copy<uint16_t>(out_keys.get(), places * d);
+  const std::vector<int64_t> got_ids = Copy<int64_t>(out_ids.get(), places);
+  const std::vector<int64_t> got_lengths = Copy<int64_t>(out_lengths.get(), rows);
+  auto* base = static_cast<unsigned char*>(dev.buffer.get());
+  const int64_t h_count = c.build.heads;
+  const std::vector<uint16_t> index_keys =
+      Copy<uint16_t>(base + dev.layout.keys, h_count * cap * d);
+  const std::vector<int32_t> index_ids = Copy<int32_t>(base + dev.layout.ids, h_count * cap);
+  const std::vector<int64_t> offsets = Copy<int64_t>(base + dev.layout.offsets, h_count * (cm + 1));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = r / c.n_queries;
+    std::vector<int64_t> slots;
+    for (int64_t j = 0; j < c.n_probe; ++j) {
+      const int32_t cl = got[static_cast<size_t>(r * c.n_probe + j)];
+      if (cl < 0) continue;
+      for (int64_t t = offsets[h * (cm + 1) + cl]; t < offsets[h * (cm + 1) + cl + 1]; ++t)
+        slots.push_back(t);
+    }
+    const int64_t len = std::min<int64_t>(static_cast<int64_t>(slots.size()), max_tokens);
+    if (got_lengths[r] != len) {
+      return ::testing::AssertionFailure()
+             << "row " << r << ": length " << got_lengths[r] << ", expected " << len;
+    }
+    for (int64_t i = 0; i < max_tokens; ++i) {
+      const int64_t at = i < len ? slots[static_cast<size_t>(i)] : -1;
+      const int64_t want_id = at >= 0 ? index_ids[h * cap + at] : -1;
+      if (got_ids[r * max_tokens + i] != want_id) {
+        return ::testing::AssertionFailure()
+               << "row " << r << " place " << i << ": id " << got_ids[r * max_tokens + i]
+               << ", expected " << want_id;
+      }
+      for (int64_t e = 0; e < d; ++e) {
+        const uint16_t want_bits = at >= 0 ? index_keys[(h * cap + at) * d + e] : 0;
+        if (got_keys[(r * max_tokens + i) * d + e] != want_bits) {
+          return ::testing::AssertionFailure()
+                 << "row " << r << " place " << i << ": key value " << e << " differs";
+        }
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(IvfRetrieve, ClustersAndBlocks) {
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SearchCase c;
+    c.build.dtype = dtype;
+    c.build.heads = 2;
+    c.build.seq = 1500;
+    c.build.dim = 64;
+    c.build.clusters = 30;
+    c.build.segments = 3;
+    c.build.capacity = 1600;
+    c.build.max_clusters = 40;
+    c.q_heads = 8;  // groups of 4
+    c.n_queries = 3;
+    c.n_probe = 4;
+    EXPECT_TRUE(CheckRetrieve(c, true, 1500)) << c;  // every chosen token fits
+    EXPECT_TRUE(CheckRetrieve(c, true, 37)) << c;    // the blocks cut short
+    EXPECT_TRUE(CheckRetrieve(c, false, 1)) << c;    // per query head, as the search probes
+    c.n_probe = 30;                                  // every cluster
+    EXPECT_TRUE(CheckRetrieve(c, true, 1500)) << c;
+    c.build.dim = 128;
+    c.build.seq = 3000;
+    c.build.clusters = 600;  // more clusters than a select's digit
+    c.build.capacity = 0;
+    c.build.max_clusters = 0;
+    c.q_heads = 2;     // no grouping
+    c.n_queries = 20;  // more rows per kv head than a score block holds
+    c.n_probe = 77;
+    EXPECT_TRUE(CheckRetrieve(c, true, 500)) << c;
+    EXPECT_TRUE(CheckRetrieve(c, false, 1)) << c;
+  }
+}
+
 TEST(IvfExtend, AppendsASegment) {
   if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {

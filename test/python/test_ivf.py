@@ -1,5 +1,6 @@
 """cudaops.ivf: argument checks through stand-in arrays (no GPU needed), then on a GPU with torch
-tensors: probing every cluster gives the exact top k of a float64 search."""
+tensors: probing every cluster gives the exact top k of a float64 search; the clusters chosen for
+retrieval and the blocks retrieve gathers."""
 
 import pytest
 
@@ -84,6 +85,61 @@ def test_every_cluster_probed_is_exact(dtype):
     assert torch.allclose(few.double()[real], torch.gather(exact, 2, few_ids.clamp(min=0))[real],
                           rtol=1e-4, atol=1e-3)
     assert bool(torch.all(few.double() <= want[..., :1] + 1e-3))
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_clusters_and_retrieve(dtype):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    dt = getattr(torch, dtype)
+    heads, tokens, dim, clusters, segments = 2, 3000, 64, 48, 3
+    keys = _clustered(torch, heads, tokens, dim, dt, 2)
+    values = torch.randn(heads, tokens, 32, dtype=dt, device="cuda")
+    index = cudaops.ivf.build_global(keys, values, clusters, segments, n_iters=5)
+    q_heads, q, n_probe = 8, 3, 5
+    queries = (keys[torch.arange(q_heads) // (q_heads // heads), :q, :] +
+               0.1 * torch.randn(q_heads, q, dim, device="cuda").to(dt)).contiguous()
+    chosen = index.clusters(queries, n_probe)
+    assert isinstance(chosen, torch.Tensor) and chosen.dtype == torch.int32
+    assert chosen.shape == (heads, q, n_probe)
+    assert bool(torch.all(chosen >= 0)) and bool(torch.all(chosen < clusters))
+    assert bool(torch.all(chosen[..., 1:] > chosen[..., :-1])), "ascending, no repeats"
+    assert index.clusters(queries, n_probe, group=False).shape == (q_heads, q, n_probe)
+
+    k_out, v_out, ids, lengths = index.retrieve(queries, n_probe)
+    m = k_out.shape[2]
+    assert k_out.shape == (heads, q, m, dim) and v_out.shape == (heads, q, m, 32)
+    assert ids.shape == (heads, q, m) and lengths.shape == (heads, q)
+    assert ids.dtype == torch.int64 and lengths.dtype == torch.int64
+    for h in range(heads):
+        for i in range(q):
+            n = int(lengths[h, i])
+            assert 0 < n <= m
+            got = ids[h, i, :n]
+            assert bool(torch.all(got >= 0)) and got.unique().numel() == n
+            assert bool(torch.all(ids[h, i, n:] == -1))
+            assert torch.equal(k_out[h, i, :n], keys[h, got])
+            assert torch.equal(v_out[h, i, :n], values[h, got])
+            assert bool(torch.all(k_out[h, i, n:] == 0)) and bool(torch.all(v_out[h, i, n:] == 0))
+    # Cut short: the first max_tokens places of the full blocks.
+    k5, v5, ids5, len5 = index.retrieve(queries, n_probe, max_tokens=5)
+    assert ids5.shape == (heads, q, 5)
+    assert torch.equal(len5, lengths.clamp(max=5))
+    assert torch.equal(ids5, ids[..., :5]) and torch.equal(k5, k_out[..., :5, :])
+    # Every cluster: every token once.
+    _, _, all_ids, all_len = index.retrieve(queries, clusters)
+    assert bool(torch.all(all_len == tokens))
+    assert torch.equal(all_ids.sort(dim=-1).values,
+                       torch.arange(tokens, device="cuda").expand(heads, q, tokens))
+    with pytest.raises(ValueError, match=r"params.max_tokens must be >= 1"):
+        index.retrieve(queries, n_probe, max_tokens=0)
+    with pytest.raises(ValueError, match=r"n_probe must be from 1 to the index's clusters"):
+        index.retrieve(queries, clusters + 1)
+    keys_only = cudaops.ivf.build_global(keys, None, clusters, segments, n_iters=2)
+    k_only, v_none, _, _ = keys_only.retrieve(queries, n_probe)
+    assert v_none is None and k_only.shape[:2] == (heads, q)
 
 
 def test_load_refuses_bad_files(tmp_path):

@@ -234,6 +234,95 @@ TEST(IvfSearchValidation, Memory) {
   EXPECT_TRUE(s.run(nullptr, nullptr).ok());
 }
 
+struct Retrieve {
+  IvfIndex index;
+  IvfQueries queries;
+  IvfRetrieveParams params;
+  IvfRetrieved out;
+  Retrieve() {
+    index.shape = Shape();
+    index.data = fake(0x10000000);
+    index.tokens = 4096;
+    index.n_clusters = 64;
+    queries.data = fake(0x40000000);
+    queries.q_heads = 16;
+    queries.n_queries = 2;
+    params.probe.n_probe = 8;
+    params.max_tokens = 300;
+    out.keys = fake(0x50000000);
+    out.values = fake(0x54000000);
+    out.ids = static_cast<int64_t*>(fake(0x58000000));
+    out.lengths = static_cast<int64_t*>(fake(0x5c000000));
+  }
+  Status run() {
+    size_t need = 0;
+    if (Status s = ivf_retrieve_workspace_size(index, queries, params, &need); !s.ok()) return s;
+    return ivf_retrieve(index, queries, params, out, fake(0x60000000), need, nullptr);
+  }
+};
+
+TEST(IvfRetrieveValidation, ArgumentsAndMemory) {
+  Retrieve r;
+  r.params.probe.n_probe = 65;
+  EXPECT_TRUE(FailsWith(r.run(), StatusCode::kInvalidArgument,
+                        {"ivf_retrieve_workspace_size", "params.probe.n_probe", "(64)"}));
+  r = Retrieve();
+  r.params.max_tokens = 0;
+  EXPECT_TRUE(FailsWith(r.run(), StatusCode::kInvalidArgument, {"params.max_tokens"}));
+  r = Retrieve();
+  r.queries.q_heads = 6;
+  EXPECT_TRUE(FailsWith(r.run(), StatusCode::kInvalidArgument, {"queries.q_heads (6)"}));
+  r = Retrieve();
+  r.out.keys = nullptr;
+  EXPECT_TRUE(FailsWith(r.run(), StatusCode::kInvalidArgument, {"out.keys"}));
+  r = Retrieve();
+  r.out.keys = fake(0x50000008);
+  EXPECT_TRUE(FailsWith(r.run(), StatusCode::kMisaligned, {"out.keys"}));
+  r = Retrieve();
+  r.out.lengths = static_cast<int64_t*>(fake(0x50000000));  // inside the keys' blocks
+  EXPECT_TRUE(FailsWith(r.run(), StatusCode::kInvalidArgument, {"out.keys", "out.lengths"}));
+  r = Retrieve();
+  r.index.shape.value_dim = 0;
+  EXPECT_TRUE(FailsWith(r.run(), StatusCode::kInvalidArgument, {"out.values", "no values"}));
+  r = Retrieve();
+  r.params.max_tokens = int64_t{1} << 62;
+  EXPECT_TRUE(FailsWith(r.run(), StatusCode::kInvalidArgument, {"overflow"}));
+  r = Retrieve();
+  r.queries.n_queries = 0;  // nothing to do, nothing touched
+  r.out = IvfRetrieved();
+  EXPECT_TRUE(r.run().ok());
+}
+
+TEST(IvfClustersValidation, Arguments) {
+  IvfIndex index;
+  index.shape = Shape();
+  index.data = fake(0x10000000);
+  index.tokens = 4096;
+  index.n_clusters = 64;
+  IvfQueries queries;
+  queries.data = fake(0x40000000);
+  queries.q_heads = 16;
+  queries.n_queries = 2;
+  IvfProbeParams params;
+  params.n_probe = 0;
+  size_t bytes = 0;
+  EXPECT_TRUE(FailsWith(ivf_clusters_workspace_size(index, queries, params, &bytes),
+                        StatusCode::kInvalidArgument, {"params.n_probe"}));
+  params.n_probe = 8;
+  ASSERT_TRUE(ivf_clusters_workspace_size(index, queries, params, &bytes).ok());
+  EXPECT_TRUE(
+      FailsWith(ivf_clusters(index, queries, params, nullptr, fake(0x60000000), bytes, nullptr),
+                StatusCode::kInvalidArgument, {"d_clusters"}));
+  EXPECT_TRUE(
+      FailsWith(ivf_clusters(index, queries, params, static_cast<int32_t*>(fake(0x50000000)),
+                             fake(0x60000000), bytes - 1, nullptr),
+                StatusCode::kWorkspaceTooSmall, {"ivf_clusters_workspace_size"}));
+  size_t per_head = 0;
+  params.group = false;
+  ASSERT_TRUE(ivf_clusters_workspace_size(index, queries, params, &per_head).ok());
+  EXPECT_NE(per_head, bytes);  // rows per query head, no softmax weights
+}
+
 TEST(IvfExtendValidation, Room) {
   IvfIndex index;
   index.shape = Shape();  // capacity 5000, 96 clusters

@@ -1,6 +1,8 @@
-// cudaops.ivf: the IVF index over attention KV caches (build_global, Index.search).
+// cudaops.ivf: the IVF index over attention KV caches (build_global, Index.search, clusters,
+// retrieve, extend, save; load).
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,15 +36,10 @@ class PyIndex {
   IvfIndex index;
   py::object buffer;  // the cudaops.Array holding index.data
   int device = 0;
+  int64_t largest_ = -1;  // the largest cluster's size once read; -1: not read since a change
 
-  py::tuple search(py::handle queries, py::handle k_obj, py::handle n_probe_obj,
-                   py::handle max_candidates_obj, py::handle stream) const {
-    CallContext ctx("Index.search", stream);
-    IvfSearchParams params;
-    params.k = int_arg(k_obj, ctx.op(), "k");
-    params.n_probe = int_arg(n_probe_obj, ctx.op(), "n_probe");
-    params.max_candidates =
-        max_candidates_obj.is_none() ? 0 : int_arg(max_candidates_obj, ctx.op(), "max_candidates");
+  /// queries [q_heads, Q, dim] of the index's dtype and dim, imported for reading.
+  ArrayView import_queries(CallContext& ctx, py::handle queries, IvfQueries* q) const {
     ArrayView vq = ctx.import(queries, "queries", Access::kRead);
     require_heads_tokens_dim(ctx, vq);
     if (vq.dtype != index.shape.dtype) {
@@ -54,12 +51,14 @@ class PyIndex {
                             std::to_string(index.shape.dim) + ", got shape " +
                             shape_text(vq.shape));
     }
-    IvfQueries q;
-    q.data = vq.data;
-    q.q_heads = vq.shape[0];
-    q.n_queries = vq.shape[1];
-    size_t bytes = 0;
-    check(ivf_search_workspace_size(index, q, params, &bytes));
+    q->data = vq.data;
+    q->q_heads = vq.shape[0];
+    q->n_queries = vq.shape[1];
+    return vq;
+  }
+
+  /// Makes the work of `ctx` wait for the index (and checks the queries' device).
+  void prepare(CallContext& ctx, ArrayView& vq) const {
     const int at = ctx.prepare({&vq});
     if (vq.size > 0 && at != device) {
       throw py::value_error(std::string(ctx.op()) + ": queries: is on CUDA device " +
@@ -67,6 +66,117 @@ class PyIndex {
                             std::to_string(device));
     }
     py::cast<const Array&>(buffer).order_before(ctx.stream());
+  }
+
+  /// The largest cluster's size, read from the device once per build or extension (a small copy
+  /// that waits for the index's work).
+  int64_t largest() {
+    if (largest_ < 0) {
+      DeviceGuard guard(device, "Index.retrieve");
+      py::cast<const Array&>(buffer).order_before(cudaStreamLegacy);
+      IvfLayout layout;
+      check(ivf_index_size(index.shape, &layout));
+      int32_t value = 0;
+      cudaError_t e;
+      {
+        py::gil_scoped_release nogil;
+        e = cudaMemcpy(&value, static_cast<const unsigned char*>(index.data) + layout.largest,
+                       sizeof(value), cudaMemcpyDeviceToHost);
+      }
+      if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        check(Status(StatusCode::kCudaError,
+                     std::string("Index.retrieve: reading the largest cluster's size: ") +
+                         cudaGetErrorString(e)));
+      }
+      largest_ = value;
+    }
+    return largest_;
+  }
+
+  py::object clusters(py::handle queries, py::handle n_probe_obj, bool group,
+                      py::handle stream) const {
+    CallContext ctx("Index.clusters", stream);
+    IvfProbeParams params;
+    params.n_probe = int_arg(n_probe_obj, ctx.op(), "n_probe");
+    params.group = group;
+    IvfQueries q;
+    ArrayView vq = import_queries(ctx, queries, &q);
+    size_t bytes = 0;
+    check(ivf_clusters_workspace_size(index, q, params, &bytes));
+    prepare(ctx, vq);
+    const std::vector<int64_t> shape = {group ? index.shape.heads : q.q_heads, q.n_queries,
+                                        params.n_probe};
+    auto* out = static_cast<int32_t*>(ctx.output_data(nullptr, shape, DType::kInt32));
+    void* workspace = ctx.scratch(bytes);
+    Status status;
+    {
+      py::gil_scoped_release nogil;
+      status = ivf_clusters(index, q, params, out, workspace, bytes, ctx.stream());
+    }
+    check(status);
+    return ctx.take_result(0, queries);
+  }
+
+  py::tuple retrieve(py::handle queries, py::handle n_probe_obj, py::handle max_tokens_obj,
+                     py::handle stream) {
+    const std::string op = "Index.retrieve";
+    IvfRetrieveParams params;
+    params.probe.n_probe = int_arg(n_probe_obj, op.c_str(), "n_probe");
+    params.probe.group = true;
+    if (max_tokens_obj.is_none()) {
+      if (params.probe.n_probe < 1 || params.probe.n_probe > index.n_clusters) {
+        throw py::value_error(op + ": n_probe must be from 1 to the index's clusters (" +
+                              std::to_string(index.n_clusters) + "), got " +
+                              std::to_string(params.probe.n_probe));
+      }
+      params.max_tokens =
+          std::max<int64_t>(1, std::min(index.tokens, params.probe.n_probe * largest()));
+    } else {
+      params.max_tokens = int_arg(max_tokens_obj, op.c_str(), "max_tokens");
+    }
+    CallContext ctx("Index.retrieve", stream);
+    IvfQueries q;
+    ArrayView vq = import_queries(ctx, queries, &q);
+    size_t bytes = 0;
+    check(ivf_retrieve_workspace_size(index, q, params, &bytes));
+    prepare(ctx, vq);
+    const IvfShape& s = index.shape;
+    const int64_t h = s.heads, n = q.n_queries, m = params.max_tokens;
+    IvfRetrieved out;
+    out.keys = ctx.output_data(nullptr, {h, n, m, s.dim}, s.dtype);
+    if (s.value_dim > 0) out.values = ctx.output_data(nullptr, {h, n, m, s.value_dim}, s.dtype);
+    out.ids = static_cast<int64_t*>(ctx.output_data(nullptr, {h, n, m}, DType::kInt64));
+    out.lengths = static_cast<int64_t*>(ctx.output_data(nullptr, {h, n}, DType::kInt64));
+    void* workspace = ctx.scratch(bytes);
+    Status status;
+    {
+      py::gil_scoped_release nogil;
+      status = ivf_retrieve(index, q, params, out, workspace, bytes, ctx.stream());
+    }
+    check(status);
+    py::object keys_out = ctx.take_result(0, queries);
+    py::object values_out = py::none();
+    size_t next = 1;
+    if (s.value_dim > 0) values_out = ctx.take_result(next++, queries);
+    py::object ids_out = ctx.take_result(next++, queries);
+    py::object lengths_out = ctx.take_result(next, queries);
+    return py::make_tuple(keys_out, values_out, ids_out, lengths_out);
+  }
+
+  py::tuple search(py::handle queries, py::handle k_obj, py::handle n_probe_obj,
+                   py::handle max_candidates_obj, py::handle stream) const {
+    CallContext ctx("Index.search", stream);
+    IvfSearchParams params;
+    params.k = int_arg(k_obj, ctx.op(), "k");
+    params.n_probe = int_arg(n_probe_obj, ctx.op(), "n_probe");
+    params.max_candidates =
+        max_candidates_obj.is_none() ? 0 : int_arg(max_candidates_obj, ctx.op(), "max_candidates");
+    IvfQueries q;
+    ArrayView vq = import_queries(ctx, queries, &q);
+    size_t bytes = 0;
+    check(ivf_search_workspace_size(index, q, params, &bytes));
+    prepare(ctx, vq);
     const std::vector<int64_t> shape = {q.q_heads, q.n_queries, params.k};
     auto* scores = static_cast<float*>(ctx.output_data(nullptr, shape, DType::kFloat32));
     auto* ids = static_cast<int64_t*>(ctx.output_data(nullptr, shape, DType::kInt64));
@@ -126,6 +236,7 @@ class PyIndex {
     check(status);
     // Later work on other streams waits for this extension, as for the build.
     py::cast<Array&>(buffer).mark_ready(ctx.stream(), ctx.op());
+    largest_ = -1;
   }
 
   void save(py::handle path) const {
@@ -256,6 +367,22 @@ query probes the n_probe clusters of the largest q . c and scores their tokens e
 fewer than k candidates the rest is (-inf, -1). max_candidates bounds the candidates kept per
 query (None: every token; candidates past the bound are dropped). The index must stay alive
 until the search's work is done, as any input array.)doc")
+      .def("clusters", &PyIndex::clusters, py::arg("queries"), py::arg("n_probe"),
+           py::arg("group") = true, py::kw_only(), py::arg("stream") = py::none(),
+           R"doc(The clusters each query attends to exactly (RetroInfer): int32 cluster ids,
+ascending, -1 past the non-empty clusters, of the queries' kind. With group (the default),
+[heads, Q, n_probe]: per kv head and query, the n_probe clusters of the largest softmax(q . c /
+sqrt(dim)) summed over the kv head's query heads; without, [q_heads, Q, n_probe] ranked by q . c
+as search ranks them. Empty clusters are never chosen.)doc")
+      .def("retrieve", &PyIndex::retrieve, py::arg("queries"), py::arg("n_probe"), py::kw_only(),
+           py::arg("max_tokens") = py::none(), py::arg("stream") = py::none(),
+           R"doc(The tokens of the clusters `clusters(queries, n_probe)` chooses, gathered for an
+attention kernel: (keys [heads, Q, max_tokens, dim], values [heads, Q, max_tokens, value_dim] or
+None for an index of keys alone, ids [heads, Q, max_tokens] int64 token positions, lengths
+[heads, Q] int64), of the queries' kind; each block holds its clusters' tokens in cluster order,
+zeros and -1 past its length. max_tokens sizes the blocks statically (tokens past it are
+dropped); None: n_probe times the largest cluster (at most the index's size), which never drops
+a token and is read from the device once per build or extension.)doc")
       .def("extend", &PyIndex::extend, py::arg("keys"), py::arg("values"), py::arg("n_clusters"),
            py::arg("n_iters") = 10, py::kw_only(), py::arg("stream") = py::none(),
            R"doc(Appends keys [heads, T, dim] (and values [heads, T, value_dim], or None for an
