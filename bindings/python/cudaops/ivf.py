@@ -14,8 +14,8 @@ are arrays of the queries' kind: ``scores`` float32 and ``ids`` int64 token posi
 first, ``(-inf, -1)`` past the candidates. ``index.clusters(queries, n_probe)`` chooses clusters
 as RetroInfer does (softmax of q . c / sqrt(dim) summed over each kv head's query heads) and
 ``index.retrieve`` gathers their keys, values and positions into padded blocks per (kv head,
-query) for an attention kernel. ``index.extend`` appends a segment. ``index.save(path)`` and ``cudaops.ivf.load(path)``
-write and read a checked, versioned file.
+query) for an attention kernel. ``index.extend`` appends a segment. ``index.save(path)`` and
+``cudaops.ivf.load(path)`` write and read a checked, versioned file.
 """
 
 from ._core import IvfIndex as Index
