@@ -18,5 +18,6 @@ Command add_run_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_info_command(CLI::App& app);
 Command add_jit_command(CLI::App& app);
+Command add_ivf_command(CLI::App& app);
 
 }  // namespace cudaops::cli

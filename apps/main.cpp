@@ -18,9 +18,9 @@ int run(int argc, char** argv) {
   CLI::App app{"cudaops: run, check and benchmark the operators of libcudaops", "cudaops"};
   app.set_version_flag("--version", cudaops::version_string());
   app.require_subcommand(1);
-  const std::vector<Command> commands = {add_list_command(app), add_run_command(app),
+  const std::vector<Command> commands = {add_list_command(app),  add_run_command(app),
                                          add_bench_command(app), add_info_command(app),
-                                         add_jit_command(app)};
+                                         add_jit_command(app),   add_ivf_command(app)};
   // A first word that is no command and no option: say so (CLI11 would only say that a command
   // is required).
   std::string names;

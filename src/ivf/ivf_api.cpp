@@ -664,7 +664,8 @@ Status ivf_retrieve(const IvfIndex& index, const IvfQueries& queries,
   if (Status s = detail::ivf::check_probe_memory(kOp, index, queries); !s.ok()) return s;
   const IvfShape& sh = index.shape;
   int64_t places = 0, key_elems = 0, value_elems = 0;
-  if (!detail::checked_mul(rows, params.max_tokens, &places) || !detail::checked_mul(places, sh.dim, &key_elems) ||
+  if (!detail::checked_mul(rows, params.max_tokens, &places) ||
+      !detail::checked_mul(places, sh.dim, &key_elems) ||
       !detail::checked_mul(places, sh.value_dim, &value_elems) ||
       key_elems > std::numeric_limits<int64_t>::max() / 8) {
     return detail::ivf::invalid(kOp, "rows * params.max_tokens * dim overflows");

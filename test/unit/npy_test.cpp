@@ -1,0 +1,123 @@
+// harness/npy: round trips, what numpy writes, and refusals of damaged or foreign files.
+#include "harness/npy.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace cudaops::harness {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/npy_" + std::to_string(::getpid()) + "_" + name;
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+/// A version 1.0 file with `dict` as its header and `data_bytes` bytes of data.
+std::string File(const std::string& dict, size_t data_bytes, char version = 1) {
+  std::string header = dict;
+  const size_t lead = version == 1 ? 10 : 12;
+  header.append((64 - (lead + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  std::string out = std::string("\x93NUMPY", 6) + version + '\0';
+  const size_t n = header.size();
+  out += static_cast<char>(n & 0xff);
+  out += static_cast<char>((n >> 8) & 0xff);
+  if (version != 1) out += std::string(2, '\0');
+  return out + header + std::string(data_bytes, '\x3c');
+}
+
+TEST(Npy, RoundTrip) {
+  NpyArray a;
+  a.dtype = DType::kFloat16;
+  a.shape = {2, 3, 8};
+  for (int i = 0; i < 2 * 3 * 8 * 2; ++i)
+    a.data.push_back(static_cast<unsigned char>(i * 7));
+  const std::string path = TempPath("round.npy");
+  ASSERT_TRUE(write_npy(path, a).ok());
+  NpyArray b;
+  const Status s = read_npy(path, &b);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  EXPECT_EQ(b.dtype, DType::kFloat16);
+  EXPECT_EQ(b.shape, a.shape);
+  EXPECT_EQ(b.data, a.data);
+  a.shape = {48};  // one dimension: "(48,)"
+  ASSERT_TRUE(write_npy(path, a).ok());
+  ASSERT_TRUE(read_npy(path, &b).ok());
+  EXPECT_EQ(b.shape, std::vector<int64_t>{48});
+  std::remove(path.c_str());
+}
+
+TEST(Npy, HeadersAsNumpyWritesThem) {
+  DType dtype{};
+  std::vector<int64_t> shape;
+  ASSERT_TRUE(parse_npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 1000, 64), }",
+                               &dtype, &shape)
+                  .ok());
+  EXPECT_EQ(dtype, DType::kFloat32);
+  EXPECT_EQ(shape, (std::vector<int64_t>{4, 1000, 64}));
+  ASSERT_TRUE(
+      parse_npy_header("{'shape': (), 'fortran_order': False, 'descr': '<f2'}", &dtype, &shape)
+          .ok());
+  EXPECT_TRUE(shape.empty());
+  // Version 2.0 (a 4-byte header length).
+  const std::string path = TempPath("v2.npy");
+  WriteBytes(path, File("{'descr': '<f2', 'fortran_order': False, 'shape': (3,), }", 6, 2));
+  NpyArray a;
+  const Status s = read_npy(path, &a);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  std::remove(path.c_str());
+}
+
+TEST(Npy, RefusesWhatItCannotTrust) {
+  const std::string ok = "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 4), }";
+  struct Bad {
+    std::string bytes;
+    std::string says;
+  };
+  const std::vector<Bad> bad = {
+      {"", "no magic"},
+      {"\x93NUMPX\x01\x00", "no magic"},
+      {File(ok, 15), "its shape needs 16"},
+      {File(ok, 17), "its shape needs 16"},
+      {File(ok, 16).substr(0, 12), "truncated header"},
+      {File(ok, 16, 4), "format version 4"},
+      {File("{'descr': '>f2', 'fortran_order': False, 'shape': (2, 4), }", 16), "'>f2'"},
+      {File("{'descr': '<i8', 'fortran_order': False, 'shape': (2, 4), }", 16), "'<i8'"},
+      {File("{'descr': '<f2', 'fortran_order': True, 'shape': (2, 4), }", 16), "Fortran"},
+      {File("{'descr': '<f2', 'fortran_order': False}", 16), "lacks"},
+      {File("{'descr': '<f2', 'descr': '<f2', 'fortran_order': False, 'shape': (2, 4)}", 16),
+       "repeated key"},
+      {File("{'descr': '<f2', 'fortran_order': False, 'shape': (-2, 4), }", 16), "bad dimension"},
+      {File("{'descr': '<f2', 'fortran_order': False, 'shape': (4611686018427387904, 4), }", 16),
+       "overflows"},
+      {File("{'descr': '<f2', 'fortran_order': False, 'shape': (2, 4), } x", 16), "after"},
+      {File("['descr', '<f2']", 16), "not a dictionary"},
+  };
+  const std::string path = TempPath("bad.npy");
+  for (const Bad& b : bad) {
+    WriteBytes(path, b.bytes);
+    NpyArray a;
+    a.shape = {1};
+    const Status s = read_npy(path, &a);
+    EXPECT_EQ(s.code(), StatusCode::kFileError) << b.says;
+    EXPECT_NE(s.message().find(b.says), std::string::npos) << s.message();
+    EXPECT_TRUE(a.shape.empty() && a.data.empty()) << b.says;
+  }
+  std::remove(path.c_str());
+  NpyArray a;
+  EXPECT_EQ(read_npy(TempPath("missing.npy"), &a).code(), StatusCode::kFileError);
+  EXPECT_NE(read_npy(::testing::TempDir(), &a).message().find("not a regular file"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace cudaops::harness
