@@ -20,6 +20,8 @@ import cudaops
 BUILD = (32, 131072, 128, 8192, 16)  # heads, tokens, dim, clusters, segments
 SEARCH = (8, 32, 131072, 128, 8192, 16, 1024)  # kv heads, q heads, tokens, dim, clusters, seg, k
 PROBES = [37, 147, 588]
+# heads, tokens, dim, clusters, segments, new tokens, new clusters
+EXTEND = (32, 8192, 128, 512, 8, 1024, 64)
 ITERS = 10
 
 
@@ -102,6 +104,31 @@ def main():
         moved = (k_out.numel() + v_out.numel()) * 2 * 2  # the blocks read and written
         print(f"| {kv}, {qh}, {s}, {d} | {clusters} | {n_probe} | {k_out.shape[2]} | "
               f"{lengths.double().mean().item():.0f} | {t * 1e6:.1f} | {moved / t / 1e9:.0f} |")
+
+    del keys, values, index
+    torch.cuda.empty_cache()
+
+    h, s, d, clusters, segments, t, c = EXTEND
+    calls = 3 + 5 * 4  # timed()'s warm-up and timed calls, each appending a segment
+    keys = keys_like_attention(h, s + calls * t, d, 3)
+    values = torch.randn(h, s + calls * t, d, dtype=torch.float16, device="cuda")
+    index = cudaops.ivf.build_global(keys[:, :s].contiguous(), values[:, :s].contiguous(),
+                                     clusters, segments, ITERS, capacity=s + calls * t,
+                                     max_clusters=clusters + calls * c)
+    chunks = [(keys[:, s + i * t:s + (i + 1) * t].contiguous(),
+               values[:, s + i * t:s + (i + 1) * t].contiguous()) for i in range(calls)]
+    it = iter(chunks)
+
+    def extend():
+        k_new, v_new = next(it)
+        index.extend(k_new, v_new, c, ITERS)
+
+    per_call = timed(extend, 5, 4)
+    print("\n| extend: heads x new tokens x dim | new clusters | iterations | "
+          "cudaops (us per call) |")
+    print("|---|---:|---:|---:|")
+    print(f"| {h} x {t} x {d} | {c} | {ITERS} | {per_call * 1e6:.1f} |")
+    assert index.size == s + calls * t
 
 
 if __name__ == "__main__":
