@@ -42,6 +42,7 @@ class LaunchConfig {
   const cudaLaunchConfig_t& config() const { return config_; }
 
   void set_blocks(unsigned blocks) { config_.gridDim = dim3(blocks); }
+  void set_grid(dim3 grid) { config_.gridDim = grid; }
 
   template <typename... Params, typename... Args>
   cudaError_t launch(void (*kernel)(Params...), Args... args) const {

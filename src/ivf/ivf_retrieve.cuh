@@ -29,6 +29,7 @@ __global__ void __launch_bounds__(kStatsThreads)
   using Reduce = cub::BlockReduce<float, kStatsThreads>;
   __shared__ typename Reduce::TempStorage reduce;
   __shared__ float top;
+  follow_prior_kernels();
   const float* row = scores + blockIdx.x * n_clusters;
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < n_clusters; j += kStatsThreads)
@@ -54,6 +55,7 @@ __global__ void __launch_bounds__(kStatsThreads)
 __global__ void group_scores_kernel(const float* scores, const float* stats, const int32_t* sizes,
                                     int64_t heads, int64_t group, int64_t n_queries,
                                     int64_t max_clusters, int64_t n_clusters, float* out) {
+  follow_prior_kernels();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= heads * n_queries * n_clusters) return;
   const int64_t o = i / n_clusters, j = i % n_clusters;
@@ -76,15 +78,12 @@ __global__ void __launch_bounds__(kGatherThreads)
                   const T* keys, const T* values, const int32_t* ids, int64_t n_queries,
                   int64_t group, int64_t capacity, int64_t n_probe, int d, int dv,
                   int64_t max_tokens, T* out_keys, T* out_values, int64_t* out_ids) {
+  follow_prior_kernels();
   const int64_t r = blockIdx.x;
   const int64_t h = (r / n_queries) / group;
   const int64_t len = lengths[r];
   const int64_t* place = places + r * (n_probe + 1);
   const int half = threadIdx.x / 16, lane = threadIdx.x % 16;
-  Vec<T, 8> zero;
-#pragma unroll
-  for (int e = 0; e < 8; ++e)
-    zero.v[e] = from_float<T>(0.0f);
   for (int64_t i0 = blockIdx.y * int64_t{kGatherTokens}; i0 < max_tokens;
        i0 += gridDim.y * int64_t{kGatherTokens}) {
     const int64_t end = min(i0 + kGatherTokens, max_tokens);
@@ -103,13 +102,17 @@ __global__ void __launch_bounds__(kGatherThreads)
         at = h * capacity + starts[r * n_probe + lo] + (i - place[lo]);
       }
       const int64_t slot = r * max_tokens + i;
-      for (int c = lane; c < d / 8; c += 16)
-        store_vec(out_keys + slot * d + c * 8,
-                  at >= 0 ? load_vec<T, 8>(keys + at * d + c * 8) : zero);
+      // 16-byte pieces as four words: zeros past the length.
+      for (int c = lane; c < d / 8; c += 16) {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (at >= 0) v = *reinterpret_cast<const uint4*>(keys + at * d + c * 8);
+        *reinterpret_cast<uint4*>(out_keys + slot * d + c * 8) = v;
+      }
       if (out_values != nullptr) {
         for (int c = lane; c < dv / 8; c += 16) {
-          store_vec(out_values + slot * dv + c * 8,
-                    at >= 0 ? load_vec<T, 8>(values + at * dv + c * 8) : zero);
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (at >= 0) v = *reinterpret_cast<const uint4*>(values + at * dv + c * 8);
+          *reinterpret_cast<uint4*>(out_values + slot * dv + c * 8) = v;
         }
       }
       if (lane == 0) out_ids[slot] = at >= 0 ? ids[at] : -1;
@@ -133,20 +136,30 @@ Status launch_probe(const ProbeCall& call, cudaStream_t stream) {
   const T* queries = static_cast<const T*>(call.queries);
   auto* cluster_scores = reinterpret_cast<float*>(ws + w.cluster_scores);
   const float scale = call.group ? 1.0f / std::sqrt(static_cast<float>(s.dim)) : 1.0f;
-  launch_cluster_scores(s, call.index, ix, queries, call.q_heads, call.n_queries, call.n_clusters,
-                        scale, cluster_scores, stream);
-  if (Status st = check_launch(op, stream); !st.ok()) return st;
+  if (Status st =
+          launch_cluster_scores(op, s, call.index, ix, queries, call.q_heads, call.n_queries,
+                                call.n_clusters, scale, cluster_scores, stream);
+      !st.ok()) {
+    return st;
+  }
   const float* ranked = cluster_scores;
   if (call.group) {
     auto* stats = reinterpret_cast<float*>(ws + w.stats);
     auto* grouped = reinterpret_cast<float*>(ws + w.group_scores);
-    softmax_stats_kernel<<<static_cast<unsigned>(query_rows), kStatsThreads, 0, stream>>>(
-        cluster_scores, call.n_clusters, stats);
-    if (Status st = check_launch(op, stream); !st.ok()) return st;
-    group_scores_kernel<<<kmeans::blocks_for(rows * call.n_clusters, 256), 256, 0, stream>>>(
-        cluster_scores, stats, reinterpret_cast<const int32_t*>(ix + call.index.sizes), s.heads,
-        group, call.n_queries, s.max_clusters, call.n_clusters, grouped);
-    if (Status st = check_launch(op, stream); !st.ok()) return st;
+    if (Status st = launch_after(op, softmax_stats_kernel, dim3(static_cast<unsigned>(query_rows)),
+                                 kStatsThreads, 0, stream,
+                                 static_cast<const float*>(cluster_scores), call.n_clusters, stats);
+        !st.ok()) {
+      return st;
+    }
+    if (Status st = launch_after(
+            op, group_scores_kernel, dim3(kmeans::blocks_for(rows * call.n_clusters, 256)), 256, 0,
+            stream, static_cast<const float*>(cluster_scores), static_cast<const float*>(stats),
+            reinterpret_cast<const int32_t*>(ix + call.index.sizes), s.heads, group, call.n_queries,
+            s.max_clusters, call.n_clusters, grouped);
+        !st.ok()) {
+      return st;
+    }
     ranked = grouped;
   }
   // Rows of the ranking: per (kv head, query), or per (query head, query) as the search's.
@@ -157,22 +170,26 @@ Status launch_probe(const ProbeCall& call, cudaStream_t stream) {
   auto* places = reinterpret_cast<int64_t*>(ws + w.places);
   auto* lengths =
       call.clusters != nullptr ? reinterpret_cast<int64_t*>(ws + w.lengths) : call.out.lengths;
-  probes_kernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-      ranked, reinterpret_cast<const int64_t*>(ix + call.index.offsets), call.n_clusters,
-      call.n_queries, row_group, s.max_clusters, call.n_probe, call.max_tokens, probes, starts,
-      places, lengths);
-  if (Status st = check_launch(op, stream); !st.ok()) return st;
+  if (Status st =
+          launch_after(op, probes_kernel, dim3(static_cast<unsigned>(rows)), kSelectThreads, 0,
+                       stream, ranked, reinterpret_cast<const int64_t*>(ix + call.index.offsets),
+                       call.n_clusters, call.n_queries, row_group, s.max_clusters, call.n_probe,
+                       call.max_tokens, probes, starts, places, lengths);
+      !st.ok()) {
+    return st;
+  }
   if (call.clusters != nullptr) return Status();
   const int64_t tiles = (call.max_tokens + kGatherTokens - 1) / kGatherTokens;
   const dim3 grid(static_cast<unsigned>(rows),
                   static_cast<unsigned>(std::min<int64_t>(tiles, 65535)));
-  gather_kernel<T><<<grid, kGatherThreads, 0, stream>>>(
-      starts, places, lengths, reinterpret_cast<const T*>(ix + call.index.keys),
+  return launch_after(
+      op, gather_kernel<T>, grid, kGatherThreads, 0, stream, static_cast<const int64_t*>(starts),
+      static_cast<const int64_t*>(places), static_cast<const int64_t*>(lengths),
+      reinterpret_cast<const T*>(ix + call.index.keys),
       reinterpret_cast<const T*>(ix + call.index.values),
       reinterpret_cast<const int32_t*>(ix + call.index.ids), call.n_queries, row_group, s.capacity,
       call.n_probe, static_cast<int>(s.dim), static_cast<int>(s.value_dim), call.max_tokens,
       static_cast<T*>(call.out.keys), static_cast<T*>(call.out.values), call.out.ids);
-  return check_launch(op, stream);
 }
 
 #define CUDAOPS_IVF_PROBE_INSTANTIATE(T) \

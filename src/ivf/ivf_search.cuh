@@ -18,7 +18,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "core/cluster.cuh"
 #include "core/launch.h"
+#include "core/launch_config.h"
 #include "core/vector.cuh"
 #include "ivf/ivf_plan.h"
 #include "ivf/ivf_select.cuh"
@@ -40,6 +42,32 @@ constexpr int kProbesPerBlock = 8;
 constexpr int kTokensPerHalf = 4;
 static_assert(kMaxDim <= 128 * 4, "at most four 8-value chunks per lane");
 static_assert(kIvfMaxK <= kMaxSorted, "a block sorts the k best");
+
+/// Launches `kernel` on `grid` as dependent on the kernel before it in the stream where the
+/// device and image allow: its launch overlaps that kernel's end. Every kernel here starts with
+/// allow_next_kernel() and wait_for_prior_kernels() (all it reads, the index included, may be the
+/// previous kernel's output).
+template <typename... Params, typename... Args>
+Status launch_after(const char* op, void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
+                    cudaStream_t stream, Args... args) {
+  bool dependent = false;
+  if (Status s = dependent_launch(op, reinterpret_cast<const void*>(kernel), &dependent); !s.ok()) {
+    return s;
+  }
+  LaunchConfig config(1, threads, smem, stream, 0, dependent);
+  config.set_grid(grid);
+  if (const cudaError_t e = config.launch(kernel, args...); e != cudaSuccess) {
+    (void)cudaGetLastError();  // reported here, not by a later call
+    return cuda_status(e, op, "kernel launch failed");
+  }
+  return check_launch(op, stream);
+}
+
+/// What every kernel here does first (launch_after).
+__device__ __forceinline__ void follow_prior_kernels() {
+  allow_next_kernel();
+  wait_for_prior_kernels();
+}
 
 /// The sum over the 16 lanes of each half warp (every lane of the warp takes part).
 __device__ __forceinline__ float half_warp_sum(float v) {
@@ -70,6 +98,7 @@ __global__ void __launch_bounds__(kScoreThreads)
                           int64_t head_rows, int64_t row_tiles, int64_t max_clusters,
                           int64_t n_clusters, int d, float scale, float* scores) {
   extern __shared__ float q[];  // [rows, d]
+  follow_prior_kernels();
   const int64_t h = blockIdx.x / row_tiles;
   const int64_t row0 = (blockIdx.x % row_tiles) * kRowsPerBlock;
   const int rows = static_cast<int>(min(static_cast<int64_t>(kRowsPerBlock), head_rows - row0));
@@ -139,6 +168,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   using PairScan = cub::BlockScan<int64_t, kSelectThreads>;
   __shared__ SelectShared s;
   __shared__ typename PairScan::TempStorage size_scan;
+  follow_prior_kernels();
   const int64_t r = blockIdx.x;
   const float* row = scores + r * n_clusters;
   const int64_t* off = offsets + ((r / n_queries) / group) * (max_clusters + 1);
@@ -210,6 +240,7 @@ __global__ void __launch_bounds__(kCandidateThreads)
   __shared__ __align__(16) float q[kMaxDim];
   __shared__ int64_t place[kProbesPerBlock + 1];
   __shared__ int64_t start[kProbesPerBlock];
+  follow_prior_kernels();
   const int64_t r = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kProbesPerBlock);
   const int64_t h = (r / n_queries) / group;
   if (threadIdx.x <= kProbesPerBlock) {
@@ -285,6 +316,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   __shared__ SelectShared s;
   extern __shared__ uint64_t best[];  // a power of two >= k, >= 64
   __shared__ uint32_t taken;
+  follow_prior_kernels();
   const int64_t r = blockIdx.x, n = lengths[r];
   const uint64_t* row = cand + r * max_candidates;
   const auto load = [&](int64_t i) { return row[i]; };
@@ -327,9 +359,10 @@ __global__ void __launch_bounds__(kSelectThreads)
 
 /// Scores of every query row against its kv head's clusters (cluster_scores_kernel), scaled.
 template <typename T>
-void launch_cluster_scores(const IvfShape& s, const IvfLayout& index, const unsigned char* ix,
-                           const T* queries, int64_t q_heads, int64_t n_queries, int64_t n_clusters,
-                           float scale, float* scores, cudaStream_t stream) {
+Status launch_cluster_scores(const char* op, const IvfShape& s, const IvfLayout& index,
+                             const unsigned char* ix, const T* queries, int64_t q_heads,
+                             int64_t n_queries, int64_t n_clusters, float scale, float* scores,
+                             cudaStream_t stream) {
   const int d = static_cast<int>(s.dim);
   const int64_t head_rows = q_heads / s.heads * n_queries;
   const int64_t row_tiles = (head_rows + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -340,18 +373,14 @@ void launch_cluster_scores(const IvfShape& s, const IvfLayout& index, const unsi
       static_cast<size_t>(std::min<int64_t>(kRowsPerBlock, head_rows) * d) * sizeof(float);
   const auto with = [&](auto chunks) {
     constexpr int kChunks = decltype(chunks)::value;
-    cluster_scores_kernel<T, kChunks><<<grid, kScoreThreads, smem, stream>>>(
-        queries, reinterpret_cast<const T*>(ix + index.centroids_lp),
-        reinterpret_cast<const int32_t*>(ix + index.sizes), head_rows, row_tiles, s.max_clusters,
-        n_clusters, d, scale, scores);
+    return launch_after(op, cluster_scores_kernel<T, kChunks>, grid, kScoreThreads, smem, stream,
+                        queries, reinterpret_cast<const T*>(ix + index.centroids_lp),
+                        reinterpret_cast<const int32_t*>(ix + index.sizes), head_rows, row_tiles,
+                        s.max_clusters, n_clusters, d, scale, scores);
   };
-  if (d <= 128) {
-    with(std::integral_constant<int, 1>{});
-  } else if (d <= 256) {
-    with(std::integral_constant<int, 2>{});
-  } else {
-    with(std::integral_constant<int, 4>{});
-  }
+  if (d <= 128) return with(std::integral_constant<int, 1>{});
+  if (d <= 256) return with(std::integral_constant<int, 2>{});
+  return with(std::integral_constant<int, 4>{});
 }
 
 }  // namespace
@@ -379,30 +408,31 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
       static_cast<unsigned>((call.n_probe + kProbesPerBlock - 1) / kProbesPerBlock));
   const auto candidates_with = [&](auto chunks) {
     constexpr int kChunks = decltype(chunks)::value;
-    candidates_kernel<T, kChunks><<<cand_grid, kCandidateThreads, 0, stream>>>(
-        queries, starts, places, reinterpret_cast<const int32_t*>(ix + call.index.ids),
-        reinterpret_cast<const T*>(ix + call.index.keys), call.n_queries, group, s.capacity,
-        call.n_probe, d, call.max_candidates, cand);
+    return launch_after(kSearch, candidates_kernel<T, kChunks>, cand_grid, kCandidateThreads, 0,
+                        stream, queries, static_cast<const int64_t*>(starts),
+                        static_cast<const int64_t*>(places),
+                        reinterpret_cast<const int32_t*>(ix + call.index.ids),
+                        reinterpret_cast<const T*>(ix + call.index.keys), call.n_queries, group,
+                        s.capacity, call.n_probe, d, call.max_candidates, cand);
   };
-  using One = std::integral_constant<int, 1>;
-  using Two = std::integral_constant<int, 2>;
-  using Four = std::integral_constant<int, 4>;
-  launch_cluster_scores(s, call.index, ix, queries, call.q_heads, call.n_queries, call.n_clusters,
-                        1.0f, cluster_scores, stream);
-  if (Status st = check_launch(kSearch, stream); !st.ok()) return st;
-  probes_kernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(
-      cluster_scores, reinterpret_cast<const int64_t*>(ix + call.index.offsets), call.n_clusters,
-      call.n_queries, group, s.max_clusters, call.n_probe, call.max_candidates, probes, starts,
-      places, lengths);
-  if (Status st = check_launch(kSearch, stream); !st.ok()) return st;
-  if (d <= 128) {
-    candidates_with(One{});
-  } else if (d <= 256) {
-    candidates_with(Two{});
-  } else {
-    candidates_with(Four{});
+  if (Status st =
+          launch_cluster_scores(kSearch, s, call.index, ix, queries, call.q_heads, call.n_queries,
+                                call.n_clusters, 1.0f, cluster_scores, stream);
+      !st.ok()) {
+    return st;
   }
-  if (Status st = check_launch(kSearch, stream); !st.ok()) return st;
+  if (Status st = launch_after(kSearch, probes_kernel, dim3(static_cast<unsigned>(rows)),
+                               kSelectThreads, 0, stream, static_cast<const float*>(cluster_scores),
+                               reinterpret_cast<const int64_t*>(ix + call.index.offsets),
+                               call.n_clusters, call.n_queries, group, s.max_clusters, call.n_probe,
+                               call.max_candidates, probes, starts, places, lengths);
+      !st.ok()) {
+    return st;
+  }
+  const Status cst = d <= 128   ? candidates_with(std::integral_constant<int, 1>{})
+                     : d <= 256 ? candidates_with(std::integral_constant<int, 2>{})
+                                : candidates_with(std::integral_constant<int, 4>{});
+  if (!cst.ok()) return cst;
   int64_t width = 64;
   while (width < call.k)
     width <<= 1;
@@ -411,9 +441,10 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
       !st.ok()) {
     return st;
   }
-  best_kernel<<<static_cast<unsigned>(rows), kSelectThreads, smem, stream>>>(
-      cand, lengths, call.max_candidates, call.k, call.scores, call.ids);
-  return check_launch(kSearch, stream);
+  return launch_after(kSearch, best_kernel, dim3(static_cast<unsigned>(rows)), kSelectThreads, smem,
+                      stream, static_cast<const uint64_t*>(cand),
+                      static_cast<const int64_t*>(lengths), call.max_candidates, call.k,
+                      call.scores, call.ids);
 }
 
 #define CUDAOPS_IVF_SEARCH_INSTANTIATE(T) \
