@@ -397,6 +397,7 @@ Command add_ivf_command(CLI::App& app) {
   CLI::App* m = ivf->add_subcommand(
       "bench", "build, then time the search at several n_probe with recall and bytes per token");
   add_data_options(m, options.get());
+  m->add_option("--out", options->out, "save the index to this file");
   add_search_options(m, options.get());
   return {ivf, [options, s, m]() {
             if (!options->values.empty() && options->keys.empty()) {
