@@ -298,6 +298,37 @@ Status probe_layout(const char* op, const IvfIndex& index, const IvfQueries& que
   return Status();
 }
 
+/// The index's and the queries' pointers of a search, clusters or retrieval call.
+Status check_probe_memory(const char* op, const IvfIndex& index, const IvfQueries& queries) {
+  if (index.data == nullptr) return invalid(op, "index.data must not be null");
+  if (reinterpret_cast<uintptr_t>(index.data) % 256 != 0) {
+    return Status(StatusCode::kMisaligned,
+                  std::string(op) + ": index.data must be 256-byte aligned");
+  }
+  if (queries.data == nullptr) return invalid(op, "queries.data must not be null");
+  if (reinterpret_cast<uintptr_t>(queries.data) % 16 != 0) {
+    return Status(StatusCode::kMisaligned,
+                  std::string(op) + ": queries.data must be 16-byte aligned");
+  }
+  return Status();
+}
+
+Status check_workspace(const char* op, const char* query, void* workspace, size_t bytes,
+                       size_t needed) {
+  if (bytes < needed) {
+    std::ostringstream text;
+    text << op << ": workspace_bytes " << bytes << " is below the " << needed << " bytes " << query
+         << " gives";
+    return Status(StatusCode::kWorkspaceTooSmall, text.str());
+  }
+  if (workspace == nullptr) return invalid(op, "d_workspace must not be null");
+  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
+    return Status(StatusCode::kMisaligned,
+                  std::string(op) + ": d_workspace must be 256-byte aligned");
+  }
+  return Status();
+}
+
 /// The memory of a build or an extension: the index's buffer, the input's keys and values, the
 /// workspace (`needed` bytes, as `query` gives), none overlapping another that is written.
 Status check_input_memory(const char* op, const IvfIndex& index, const IvfInput& input,
@@ -468,14 +499,7 @@ Status ivf_search(const IvfIndex& index, const IvfQueries& queries, const IvfSea
   const IvfLayout& layout = l.index;
   const int64_t rows = queries.q_heads * queries.n_queries;
   if (rows == 0) return Status();
-  if (index.data == nullptr) return detail::ivf::invalid(kOp, "index.data must not be null");
-  if (reinterpret_cast<uintptr_t>(index.data) % 256 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_search: index.data must be 256-byte aligned");
-  }
-  if (queries.data == nullptr) return detail::ivf::invalid(kOp, "queries.data must not be null");
-  if (reinterpret_cast<uintptr_t>(queries.data) % 16 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_search: queries.data must be 16-byte aligned");
-  }
+  if (Status s = detail::ivf::check_probe_memory(kOp, index, queries); !s.ok()) return s;
   const int64_t results = rows * params.k;
   if (Status s = detail::check_pointer(kOp, "d_scores", d_scores, results, DType::kFloat32);
       !s.ok())
@@ -483,15 +507,10 @@ Status ivf_search(const IvfIndex& index, const IvfQueries& queries, const IvfSea
   if (Status s = detail::check_pointer(kOp, "d_ids", d_ids, results, DType::kInt64); !s.ok()) {
     return s;
   }
-  if (workspace_bytes < l.bytes) {
-    std::ostringstream text;
-    text << kOp << ": workspace_bytes " << workspace_bytes << " is below the " << l.bytes
-         << " bytes ivf_search_workspace_size gives";
-    return Status(StatusCode::kWorkspaceTooSmall, text.str());
-  }
-  if (d_workspace == nullptr) return detail::ivf::invalid(kOp, "d_workspace must not be null");
-  if (reinterpret_cast<uintptr_t>(d_workspace) % 256 != 0) {
-    return Status(StatusCode::kMisaligned, "ivf_search: d_workspace must be 256-byte aligned");
+  if (Status s = detail::ivf::check_workspace(kOp, "ivf_search_workspace_size", d_workspace,
+                                              workspace_bytes, l.bytes);
+      !s.ok()) {
+    return s;
   }
   const size_t query_bytes = static_cast<size_t>(rows * index.shape.dim) * 2;
   if (Status s = detail::check_overlaps(
@@ -525,37 +544,6 @@ Status ivf_search(const IvfIndex& index, const IvfQueries& queries, const IvfSea
 
 namespace detail::ivf {
 namespace {
-
-/// The index and queries memory of a retrieval or clusters call (as the search checks them).
-Status check_probe_memory(const char* op, const IvfIndex& index, const IvfQueries& queries) {
-  if (index.data == nullptr) return invalid(op, "index.data must not be null");
-  if (reinterpret_cast<uintptr_t>(index.data) % 256 != 0) {
-    return Status(StatusCode::kMisaligned,
-                  std::string(op) + ": index.data must be 256-byte aligned");
-  }
-  if (queries.data == nullptr) return invalid(op, "queries.data must not be null");
-  if (reinterpret_cast<uintptr_t>(queries.data) % 16 != 0) {
-    return Status(StatusCode::kMisaligned,
-                  std::string(op) + ": queries.data must be 16-byte aligned");
-  }
-  return Status();
-}
-
-Status check_workspace(const char* op, const char* query, void* workspace, size_t bytes,
-                       size_t needed) {
-  if (bytes < needed) {
-    std::ostringstream text;
-    text << op << ": workspace_bytes " << bytes << " is below the " << needed << " bytes " << query
-         << " gives";
-    return Status(StatusCode::kWorkspaceTooSmall, text.str());
-  }
-  if (workspace == nullptr) return invalid(op, "d_workspace must not be null");
-  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) {
-    return Status(StatusCode::kMisaligned,
-                  std::string(op) + ": d_workspace must be 256-byte aligned");
-  }
-  return Status();
-}
 
 ProbeCall probe_call(const IvfIndex& index, const IvfQueries& queries, const IvfProbeParams& params,
                      const ProbeLayout& l, void* workspace) {
