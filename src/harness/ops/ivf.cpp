@@ -9,6 +9,7 @@
 // ivf_search's scores and ids against the reference's search over the index the device built.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -84,12 +85,23 @@ class DeviceIndex {
     return ivf_build(input_, params_, &index_, workspace_.get(), workspace_bytes_, stream);
   }
 
-  /// The index's state as the reference's index (heads, tokens and clusters as built).
-  ref::IvfIndexReference state() const {
+  /// The index's state as the reference's index (heads, tokens and clusters as built), with the
+  /// float32 centroids, or with `scanned` the 16-bit ones the search ranks clusters by.
+  ref::IvfIndexReference state(bool scanned = false) const {
     const IvfShape& s = index_.shape;
     const int64_t h = s.heads, cm = s.max_clusters, n = s.capacity, c = params_.n_clusters;
     const auto means = download<float>(layout_.means, h * s.dim);
-    const auto centroids = download<float>(layout_.centroids, h * cm * s.dim);
+    std::vector<double> centroids(static_cast<size_t>(h * cm * s.dim));
+    if (scanned) {
+      const auto bits = download<uint16_t>(layout_.centroids_lp, h * cm * s.dim);
+      ref::HostArray lp(s.dtype, h * cm * s.dim);
+      std::memcpy(lp.data(), bits.data(), bits.size() * sizeof(uint16_t));
+      for (int64_t i = 0; i < h * cm * s.dim; ++i)
+        centroids[static_cast<size_t>(i)] = lp.get(i);
+    } else {
+      const auto f = download<float>(layout_.centroids, h * cm * s.dim);
+      std::copy(f.begin(), f.end(), centroids.begin());
+    }
     const auto offsets = download<int64_t>(layout_.offsets, h * (cm + 1));
     const auto ids = download<int32_t>(layout_.ids, h * n);
     ref::IvfIndexReference st;
@@ -349,13 +361,13 @@ class IvfSearchCase : public OpCase {
     return st;
   }
 
-  /// The centroids scanned (float32), the probed clusters' keys (at the mean cluster size) read
+  /// The centroids scanned (16-bit), the probed clusters' keys (at the mean cluster size) read
   /// once per query row, the results written.
   int64_t bytes_moved() const override {
     const IvfShape& s = index_.index().shape;
     const int64_t rows = queries_.q_heads * queries_.n_queries;
     const int64_t per_cluster = s.capacity / std::max<int64_t>(index_.params().n_clusters, 1);
-    return s.heads * index_.params().n_clusters * s.dim * 4 +
+    return s.heads * index_.params().n_clusters * s.dim * 2 +
            rows * (params_.n_probe * per_cluster * s.dim * 2 + params_.k * 12);
   }
 
@@ -386,7 +398,7 @@ class IvfSearchCase : public OpCase {
       return Status(StatusCode::kCudaError, "ivf_search: the search failed");
     }
     const ref::IvfSearchReference want =
-        ref::ivf_search(index_.state(), index_.keys(), host_queries_, queries_.q_heads,
+        ref::ivf_search(index_.state(true), index_.keys(), host_queries_, queries_.q_heads,
                         queries_.n_queries, params_.k, params_.n_probe);
     // Scores against the reference's; an id where the score is not within reach of another.
     ref::HostArray got(DType::kFloat32, 2 * results);
