@@ -298,6 +298,24 @@ Status probe_layout(const char* op, const IvfIndex& index, const IvfQueries& que
   return Status();
 }
 
+}  // namespace
+
+QueryCall query_call(const IvfIndex& index, const IvfLayout& layout, const IvfQueries& queries,
+                     void* workspace) {
+  QueryCall call;
+  call.shape = index.shape;
+  call.index = layout;
+  call.buffer = static_cast<const unsigned char*>(index.data);
+  call.n_clusters = index.n_clusters;
+  call.queries = queries.data;
+  call.q_heads = queries.q_heads;
+  call.n_queries = queries.n_queries;
+  call.workspace = static_cast<unsigned char*>(workspace);
+  return call;
+}
+
+namespace {
+
 /// The index's and the queries' pointers of a search, clusters or retrieval call.
 Status check_probe_memory(const char* op, const IvfIndex& index, const IvfQueries& queries) {
   if (index.data == nullptr) return invalid(op, "index.data must not be null");
@@ -522,20 +540,13 @@ Status ivf_search(const IvfIndex& index, const IvfQueries& queries, const IvfSea
       !s.ok())
     return s;
   detail::ivf::SearchCall call;
-  call.shape = index.shape;
-  call.index = layout;
-  call.buffer = static_cast<const unsigned char*>(index.data);
-  call.tokens = index.tokens;
-  call.n_clusters = index.n_clusters;
-  call.queries = queries.data;
-  call.q_heads = queries.q_heads;
-  call.n_queries = queries.n_queries;
+  static_cast<detail::ivf::QueryCall&>(call) =
+      detail::ivf::query_call(index, layout, queries, d_workspace);
   call.k = params.k;
   call.n_probe = params.n_probe;
   call.max_candidates = m;
   call.scores = d_scores;
   call.ids = d_ids;
-  call.workspace = static_cast<unsigned char*>(d_workspace);
   call.layout = l;
   return index.shape.dtype == DType::kFloat16
              ? detail::ivf::launch_search<__half>(call, stream)
@@ -548,16 +559,9 @@ namespace {
 ProbeCall probe_call(const IvfIndex& index, const IvfQueries& queries, const IvfProbeParams& params,
                      const ProbeLayout& l, void* workspace) {
   ProbeCall call;
-  call.shape = index.shape;
-  call.index = l.index;
-  call.buffer = static_cast<const unsigned char*>(index.data);
-  call.n_clusters = index.n_clusters;
-  call.queries = queries.data;
-  call.q_heads = queries.q_heads;
-  call.n_queries = queries.n_queries;
+  static_cast<QueryCall&>(call) = query_call(index, l.index, queries, workspace);
   call.n_probe = params.n_probe;
   call.group = params.group;
-  call.workspace = static_cast<unsigned char*>(workspace);
   call.layout = l;
   return call;
 }

@@ -102,17 +102,25 @@ struct SearchLayout {
   size_t bytes = 0;
 };
 
-struct SearchCall {
+/// What every call with queries against a built index carries (search, clusters, retrieval).
+struct QueryCall {
   IvfShape shape;
   IvfLayout index;
-  const unsigned char* buffer = nullptr;
-  int64_t tokens = 0, n_clusters = 0;
+  const unsigned char* buffer = nullptr;  // the index's
+  int64_t n_clusters = 0;                 // held per head
   const void* queries = nullptr;
   int64_t q_heads = 0, n_queries = 0;
+  unsigned char* workspace = nullptr;
+};
+
+/// The QueryCall of `index` (laid out as `layout`) and `queries`, with `workspace`.
+QueryCall query_call(const IvfIndex& index, const IvfLayout& layout, const IvfQueries& queries,
+                     void* workspace);
+
+struct SearchCall : QueryCall {
   int64_t k = 0, n_probe = 0, max_candidates = 0;
   float* scores = nullptr;
   int64_t* ids = nullptr;
-  unsigned char* workspace = nullptr;
   SearchLayout layout;
 };
 
@@ -133,19 +141,12 @@ struct ProbeLayout {
   size_t bytes = 0;
 };
 
-struct ProbeCall {
-  IvfShape shape;
-  IvfLayout index;
-  const unsigned char* buffer = nullptr;
-  int64_t n_clusters = 0;
-  const void* queries = nullptr;
-  int64_t q_heads = 0, n_queries = 0;
+struct ProbeCall : QueryCall {
   int64_t n_probe = 0;
   bool group = true;
   int64_t max_tokens = 0;       // the retrieved blocks' rows (clusters: the index's tokens)
   int32_t* clusters = nullptr;  // ivf_clusters' output; null for a retrieval
   IvfRetrieved out;             // a retrieval's outputs
-  unsigned char* workspace = nullptr;
   ProbeLayout layout;
 };
 
