@@ -1,5 +1,6 @@
 #include "core/launch.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -15,28 +16,52 @@ Status cuda_status(cudaError_t error, const char* op, const char* what) {
                 static_cast<int>(error));
 }
 
+namespace {
+
+// A kernel's static shared memory on a device and the dynamic size it has been opted in to.
+struct SharedOptIn {
+  const void* kernel;
+  int device;
+  size_t static_bytes;
+  size_t allowed;
+};
+
+}  // namespace
+
 Status allow_dynamic_smem(const char* op, const void* kernel, size_t smem) {
   if (smem == 0) return Status();
-  cudaFuncAttributes attributes{};
-  cudaError_t error = cudaFuncGetAttributes(&attributes, kernel);
-  if (error != cudaSuccess) return cuda_status(error, op, "querying the kernel");
-  if (attributes.sharedSizeBytes + smem <= 48 * 1024) return Status();
-  int device = 0, optin = 0;
-  error = cudaGetDevice(&device);
-  if (error == cudaSuccess) {
-    error = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  }
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
   if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
-  if (attributes.sharedSizeBytes + smem > static_cast<size_t>(optin)) {
+  // Remembered per kernel and device, so that a launch on a hot path asks the driver nothing.
+  static std::mutex mutex;
+  static std::vector<SharedOptIn> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = std::find_if(known.begin(), known.end(), [&](const SharedOptIn& k) {
+    return k.kernel == kernel && k.device == device;
+  });
+  if (it == known.end()) {
+    cudaFuncAttributes attributes{};
+    error = cudaFuncGetAttributes(&attributes, kernel);
+    if (error != cudaSuccess) return cuda_status(error, op, "querying the kernel");
+    it = known.insert(known.end(), {kernel, device, attributes.sharedSizeBytes, 0});
+  }
+  if (it->static_bytes + smem <= 48 * 1024 || smem <= it->allowed) return Status();
+  int optin = 0;
+  error = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  if (it->static_bytes + smem > static_cast<size_t>(optin)) {
     return Status(StatusCode::kInvalidArgument,
                   std::string(op) + ": the problem needs " +
-                      std::to_string(attributes.sharedSizeBytes + smem) +
+                      std::to_string(it->static_bytes + smem) +
                       " bytes of shared memory per block; this device gives at most " +
                       std::to_string(optin));
   }
   error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(smem));
-  return error == cudaSuccess ? Status() : cuda_status(error, op, "setting the shared-memory size");
+  if (error != cudaSuccess) return cuda_status(error, op, "setting the shared-memory size");
+  it->allowed = smem;
+  return Status();
 }
 
 Status cluster_image(const char* op, const void* kernel, cudaFuncAttributes* attributes, bool* ok) {

@@ -16,7 +16,8 @@ Status cuda_status(cudaError_t error, const char* op, const char* what);
 
 /// Lets `kernel` launch with `smem` bytes of dynamic shared memory: opts it in past the default
 /// 48 KiB where its static and dynamic shared memory together need that, and refuses a size the
-/// current device cannot give one block with a status naming `op`.
+/// current device cannot give one block with a status naming `op`. What it learns of a kernel is
+/// kept per device, so that later launches ask the driver nothing.
 Status allow_dynamic_smem(const char* op, const void* kernel, size_t smem);
 
 /// Sets *ok when `kernel` may use thread-block clusters (and bulk copies) on the current device:
