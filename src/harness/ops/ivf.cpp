@@ -444,6 +444,23 @@ std::vector<DimSpec> index_dims() {
           {"values", "values as well as keys (1) or keys alone (0)", 1}};
 }
 
+/// The build's sizes of a case, checked by the library.
+Status validate_build(const CaseConfig& config) {
+  IvfInput input;
+  input.seq = dim_value(config.dims, "seq");
+  size_t bytes = 0;
+  return ivf_build_workspace_size(shape_of(config), input, build_params_of(config), &bytes);
+}
+
+/// A case of type C, prepared (its device memory and inputs).
+template <typename C>
+Status make_prepared(const CaseConfig& config, std::unique_ptr<OpCase>* out) {
+  auto c = std::make_unique<C>(config);
+  Status status = c->prepare();
+  if (status.ok()) *out = std::move(c);
+  return status;
+}
+
 OpDescriptor build_descriptor() {
   OpDescriptor op;
   op.name = "ivf_build";
@@ -456,18 +473,8 @@ OpDescriptor build_descriptor() {
   };
   op.bench_shapes = {shape(32, 131072, 8192, 16), shape(8, 32768, 2048, 4)};
   op.headline_shapes = op.bench_shapes;
-  op.validate = [](const CaseConfig& config) {
-    IvfInput input;
-    input.seq = dim_value(config.dims, "seq");
-    size_t bytes = 0;
-    return ivf_build_workspace_size(shape_of(config), input, build_params_of(config), &bytes);
-  };
-  op.make_case = [](const CaseConfig& config, std::unique_ptr<OpCase>* out) {
-    auto c = std::make_unique<IvfBuildCase>(config);
-    Status status = c->prepare();
-    if (status.ok()) *out = std::move(c);
-    return status;
-  };
+  op.validate = validate_build;
+  op.make_case = make_prepared<IvfBuildCase>;
   return op;
 }
 
@@ -500,16 +507,11 @@ OpDescriptor search_descriptor() {
   op.bench_shapes = {shape(131072, 8192, 147, 0), shape(131072, 8192, 147, 16384)};
   op.headline_shapes = op.bench_shapes;
   op.validate = [](const CaseConfig& config) {
-    IvfInput input;
-    input.seq = dim_value(config.dims, "seq");
-    size_t bytes = 0;
-    const IvfShape sizes = shape_of(config);
-    const IvfBuildParams build = build_params_of(config);
-    if (Status s = ivf_build_workspace_size(sizes, input, build, &bytes); !s.ok()) return s;
+    if (Status s = validate_build(config); !s.ok()) return s;
     IvfIndex index;
-    index.shape = sizes;
-    index.tokens = input.seq;
-    index.n_clusters = build.n_clusters;
+    index.shape = shape_of(config);
+    index.tokens = dim_value(config.dims, "seq");
+    index.n_clusters = build_params_of(config).n_clusters;
     IvfQueries queries;
     queries.q_heads = dim_value(config.dims, "q_heads");
     queries.n_queries = dim_value(config.dims, "queries", 1);
@@ -517,14 +519,10 @@ OpDescriptor search_descriptor() {
     params.k = dim_value(config.dims, "k");
     params.n_probe = dim_value(config.dims, "n_probe");
     params.max_candidates = dim_value(config.dims, "max_candidates", 0);
+    size_t bytes = 0;
     return ivf_search_workspace_size(index, queries, params, &bytes);
   };
-  op.make_case = [](const CaseConfig& config, std::unique_ptr<OpCase>* out) {
-    auto c = std::make_unique<IvfSearchCase>(config);
-    Status status = c->prepare();
-    if (status.ok()) *out = std::move(c);
-    return status;
-  };
+  op.make_case = make_prepared<IvfSearchCase>;
   return op;
 }
 
