@@ -52,22 +52,31 @@ def _clustered(torch, heads, tokens, dim, dtype, seed):
     return x.to(dtype).cuda()
 
 
-@requires_gpu
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_every_cluster_probed_is_exact(dtype):
+HEADS, TOKENS, DIM, CLUSTERS, SEGMENTS, Q_HEADS, Q = 2, 3000, 64, 48, 3, 8, 3
+
+
+def _index_and_queries(dtype, seed):
+    """torch, clustered keys and random values [HEADS, TOKENS, *] of `dtype` on the GPU, their
+    index, and Q queries per query head near the first keys of their kv head."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch sees no GPU")
     dt = getattr(torch, dtype)
-    heads, tokens, dim, clusters, segments = 2, 3000, 64, 48, 3
-    keys = _clustered(torch, heads, tokens, dim, dt, 1)
-    values = torch.randn(heads, tokens, 32, dtype=dt, device="cuda")
-    index = cudaops.ivf.build_global(keys, values, clusters, segments, n_iters=5)
+    keys = _clustered(torch, HEADS, TOKENS, DIM, dt, seed)
+    values = torch.randn(HEADS, TOKENS, 32, dtype=dt, device="cuda")
+    index = cudaops.ivf.build_global(keys, values, CLUSTERS, SEGMENTS, n_iters=5)
+    queries = (keys[torch.arange(Q_HEADS) // (Q_HEADS // HEADS), :Q, :] +
+               0.1 * torch.randn(Q_HEADS, Q, DIM, device="cuda").to(dt)).contiguous()
+    return torch, keys, values, index, queries
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_every_cluster_probed_is_exact(dtype):
+    torch, keys, values, index, queries = _index_and_queries(dtype, 1)
+    heads, tokens, clusters, q_heads, q = HEADS, TOKENS, CLUSTERS, Q_HEADS, Q
     assert index.n_clusters == clusters and index.size == tokens and index.heads == heads
     assert index.nbytes > keys.numel() * 2 + values.numel() * 2
-    q_heads, q = 8, 3
-    queries = (keys[torch.arange(q_heads) // (q_heads // heads), :q, :] +
-               0.1 * torch.randn(q_heads, q, dim, device="cuda").to(dt)).contiguous()
     k = 40
     scores, ids = index.search(queries, k, clusters)
     assert isinstance(scores, torch.Tensor) and scores.shape == (q_heads, q, k)
@@ -90,17 +99,10 @@ def test_every_cluster_probed_is_exact(dtype):
 @requires_gpu
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_clusters_and_retrieve(dtype):
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("torch sees no GPU")
-    dt = getattr(torch, dtype)
-    heads, tokens, dim, clusters, segments = 2, 3000, 64, 48, 3
-    keys = _clustered(torch, heads, tokens, dim, dt, 2)
-    values = torch.randn(heads, tokens, 32, dtype=dt, device="cuda")
-    index = cudaops.ivf.build_global(keys, values, clusters, segments, n_iters=5)
-    q_heads, q, n_probe = 8, 3, 5
-    queries = (keys[torch.arange(q_heads) // (q_heads // heads), :q, :] +
-               0.1 * torch.randn(q_heads, q, dim, device="cuda").to(dt)).contiguous()
+    torch, keys, values, index, queries = _index_and_queries(dtype, 2)
+    heads, tokens, dim, clusters, segments = HEADS, TOKENS, DIM, CLUSTERS, SEGMENTS
+    q_heads, q = Q_HEADS, Q
+    n_probe = 5
     chosen = index.clusters(queries, n_probe)
     assert isinstance(chosen, torch.Tensor) and chosen.dtype == torch.int32
     assert chosen.shape == (heads, q, n_probe)

@@ -165,18 +165,29 @@ TEST(IvfBuildValidation, WorkspaceQueryNeedsNoDevice) {
   EXPECT_EQ(without, bytes);
 }
 
-struct Search {
+/// A built index (fake pointers) and queries against it, as the search and retrieval tests start.
+IvfIndex BuiltIndex() {
   IvfIndex index;
+  index.shape = Shape();
+  index.data = fake(0x10000000);
+  index.tokens = 4096;
+  index.n_clusters = 64;
+  return index;
+}
+
+IvfQueries SomeQueries() {
   IvfQueries queries;
+  queries.data = fake(0x40000000);
+  queries.q_heads = 16;
+  queries.n_queries = 2;
+  return queries;
+}
+
+struct Search {
+  IvfIndex index = BuiltIndex();
+  IvfQueries queries = SomeQueries();
   IvfSearchParams params;
   Search() {
-    index.shape = Shape();
-    index.data = fake(0x10000000);
-    index.tokens = 4096;
-    index.n_clusters = 64;
-    queries.data = fake(0x40000000);
-    queries.q_heads = 16;
-    queries.n_queries = 2;
     params.k = 100;
     params.n_probe = 8;
   }
@@ -235,18 +246,11 @@ TEST(IvfSearchValidation, Memory) {
 }
 
 struct Retrieve {
-  IvfIndex index;
-  IvfQueries queries;
+  IvfIndex index = BuiltIndex();
+  IvfQueries queries = SomeQueries();
   IvfRetrieveParams params;
   IvfRetrieved out;
   Retrieve() {
-    index.shape = Shape();
-    index.data = fake(0x10000000);
-    index.tokens = 4096;
-    index.n_clusters = 64;
-    queries.data = fake(0x40000000);
-    queries.q_heads = 16;
-    queries.n_queries = 2;
     params.probe.n_probe = 8;
     params.max_tokens = 300;
     out.keys = fake(0x50000000);
@@ -294,15 +298,8 @@ TEST(IvfRetrieveValidation, ArgumentsAndMemory) {
 }
 
 TEST(IvfClustersValidation, Arguments) {
-  IvfIndex index;
-  index.shape = Shape();
-  index.data = fake(0x10000000);
-  index.tokens = 4096;
-  index.n_clusters = 64;
-  IvfQueries queries;
-  queries.data = fake(0x40000000);
-  queries.q_heads = 16;
-  queries.n_queries = 2;
+  const IvfIndex index = BuiltIndex();
+  const IvfQueries queries = SomeQueries();
   IvfProbeParams params;
   params.n_probe = 0;
   size_t bytes = 0;
