@@ -154,7 +154,7 @@ HostData load_host(const IvfOptions& o) {
     shape.dim = o.dim;
     shape.capacity = o.seq;
     if (!o.no_values) {
-      h.values = synthetic_keys(o, dtype);  // any numbers do
+      h.values = h.keys;  // any numbers do
       shape.value_dim = o.dim;
     }
   }
