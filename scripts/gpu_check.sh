@@ -91,7 +91,10 @@ run_benches() {
 # The Python benches (torch side by side, per-call host cost) with the module at PYTHONPATH $1.
 run_python_benches() {
   local py=${PYTHON:-python3}
-  PYTHONPATH=$1 step overhead "$py" bench/python_overhead.py
+  # Top-k's C++ times come from the CLI where the C++ part has built it.
+  local cli_args=()
+  [ -x build/gpu/apps/cudaops ] && cli_args=(--cli build/gpu/apps/cudaops)
+  PYTHONPATH=$1 step overhead "$py" bench/python_overhead.py "${cli_args[@]}"
   cp "$log/overhead.log" "$log/python_overhead.md"
   PYTHONPATH=$1 step rowwise-torch "$py" bench/rowwise_torch.py
   cp "$log/rowwise-torch.log" "$log/rowwise_torch.md"

@@ -471,24 +471,6 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
 // The item past a sort buffer that merge_sort's shared storage takes (rounded to 16 bytes).
 constexpr size_t kSortSlack = 16;
 
-// Opts `kernel` in to `smem` bytes of dynamic shared memory where its static shared memory
-// and that pass 48 KiB. Each kernel instantiation has its own static shared memory, so the
-// callers (templates on every kernel parameter) keep its size in a static of their own.
-template <typename Kernel>
-size_t static_shared(Kernel kernel) {
-  cudaFuncAttributes attributes = {};
-  return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess ? attributes.sharedSizeBytes
-                                                                   : size_t{48 * 1024};
-}
-
-template <typename Kernel>
-Status allow_shared(const char* op, Kernel kernel, size_t static_smem, size_t smem) {
-  if (smem + static_smem <= 48 * 1024) return Status();
-  const cudaError_t error = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  return error == cudaSuccess ? Status() : cuda_status(error, op, "setting the shared-memory size");
-}
-
 // Launches `launch(row0, blocks)` over the rows in batches of at most 2^31 - 1 blocks.
 template <typename Launch>
 Status for_row_batches(const char* op, int64_t rows, int tiles, cudaStream_t stream,
@@ -516,8 +498,9 @@ Status launch_values(const char* op, ValueArgs<T> args, int64_t rows, cudaStream
     args.capacity = static_cast<int>(capacity);
     smem += kSortSlack;
   }
-  static const size_t static_smem = static_shared(kernel);
-  if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
+  if (Status s = allow_dynamic_smem(op, reinterpret_cast<const void*>(kernel), smem); !s.ok()) {
+    return s;
+  }
   const int per_row = args.sample_out != nullptr ? args.samples : args.tiles;
   LaunchConfig launch(0, kThreads, smem, stream, args.cluster > 1 ? args.cluster : 0, dependent);
   return for_row_batches(op, rows, per_row, stream, [&](int64_t row0, unsigned blocks) {
@@ -533,8 +516,9 @@ Status launch_gather(const char* op, GatherArgs<T> args, int64_t rows, cudaStrea
   auto kernel = topk_gather_kernel<T, kFinal>;
   const size_t smem =
       static_cast<size_t>(args.capacity + args.slot) * sizeof(uint64_t) + kSortSlack;
-  static const size_t static_smem = static_shared(kernel);
-  if (Status s = allow_shared(op, kernel, static_smem, smem); !s.ok()) return s;
+  if (Status s = allow_dynamic_smem(op, reinterpret_cast<const void*>(kernel), smem); !s.ok()) {
+    return s;
+  }
   LaunchConfig launch(0, kGatherThreads, smem, stream, 0, dependent);
   return for_row_batches(op, rows, args.tiles, stream, [&](int64_t row0, unsigned blocks) {
     args.row0 = row0;
@@ -572,7 +556,9 @@ Status clusters_at_once(const char* op, int tiles, int* count) {
   if (image) {
     const size_t smem = static_cast<size_t>(kClusterTile) * sizeof(uint32_t) +
                         static_cast<size_t>(kTopkMaxK) * sizeof(uint64_t) + kSortSlack;
-    if (Status s = allow_shared(op, kernel, attributes.sharedSizeBytes, smem); !s.ok()) return s;
+    if (Status s = allow_dynamic_smem(op, reinterpret_cast<const void*>(kernel), smem); !s.ok()) {
+      return s;
+    }
     const LaunchConfig one(static_cast<unsigned>(tiles), kWideThreads, smem, nullptr, tiles);
     const cudaError_t error = cudaOccupancyMaxActiveClusters(count, kernel, &one.config());
     if (error != cudaSuccess) return cuda_status(error, op, "sizing the thread-block clusters");

@@ -54,6 +54,33 @@ def test_cupy_stream_with_pending_work(cupy, path):
     assert bool((c == 3.5).all())
 
 
+def test_cupy_results_come_from_cupys_pool(cupy):
+    # On CuPy's current stream the results are CuPy's own arrays, from its memory pool; on another
+    # stream, from the module's pool (the memory must outlive the op on that stream).
+    rng = np.random.default_rng(11)
+    x_h = random_values(rng, (512, 1024)).astype(np.float32)
+    x = cupy.asarray(x_h)
+    pool = cupy.get_default_memory_pool()
+    dev = x.device.id
+    cupy.cuda.runtime.deviceSynchronize()
+    cudaops.empty_cache()
+    ours = cudaops.memory_reserved(dev)
+    used = pool.used_bytes()
+    values, indices = cudaops.topk(x, 16)
+    assert pool.used_bytes() >= used + values.nbytes + indices.nbytes
+    assert cudaops.memory_reserved(dev) == ours
+    expected = -np.sort(-x_h, axis=1)[:, :16]
+    check_close(cupy.asnumpy(values), expected, "float32")
+    assert np.array_equal(np.take_along_axis(x_h, cupy.asnumpy(indices), 1), expected)
+    big_h = random_values(rng, (4096, 4096)).astype(np.float32)  # 64 MiB: more than is free
+    big = cupy.asarray(big_h)
+    s = cupy.cuda.Stream(non_blocking=True)
+    y = cudaops.add_scalar(big, 1.0, stream=s)
+    s.synchronize()
+    assert cudaops.memory_reserved(dev) >= ours + y.nbytes
+    check_close(cupy.asnumpy(y), big_h.astype(np.float64) + 1.0, "float32")
+
+
 def test_cupy_cai_and_stream(cupy):
     rng = np.random.default_rng(7)
     a_h = random_values(rng, (3, 1000)).astype(np.float32)

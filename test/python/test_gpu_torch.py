@@ -207,25 +207,92 @@ def test_huge_array():
 
 
 def test_results_memory_is_kept_for_the_next_call_until_empty_cache():
+    # On a stream torch is not using, results come from the module's pool. They are 64 MiB, more
+    # than the pool can have free after empty_cache(), so each new one grows it.
     dev = torch.cuda.current_device()
-    x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(1024, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(4096, 4096, device="cuda")
+    w = torch.randn(4096, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
     torch.cuda.synchronize()
     cudaops.empty_cache()
     base = cudaops.memory_reserved(dev)
-    y = cudaops.rms_norm(x, w)
-    assert cudaops.memory_reserved(dev) >= base + y.numel() * 2
+    y = cudaops.rms_norm(x, w, stream=s)
+    assert cudaops.memory_reserved(dev) >= base + y.numel() * 4
     del y
     torch.cuda.synchronize()
     kept = cudaops.memory_reserved(dev)
-    assert kept >= base + x.numel() * 2  # not handed back at the synchronisation
-    y = cudaops.rms_norm(x, w)
+    assert kept >= base + x.numel() * 4  # not handed back at the synchronisation
+    y = cudaops.rms_norm(x, w, stream=s)
     torch.cuda.synchronize()
     assert cudaops.memory_reserved(dev) == kept  # the next result takes the kept memory
     del y
     torch.cuda.synchronize()
     cudaops.empty_cache()
     assert cudaops.memory_reserved(dev) < kept
+
+
+@pytest.mark.skipif(not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
+                    reason="this torch has no DLPack C exchange API")
+def test_results_of_torch_tensors_come_from_torchs_allocator():
+    dev = torch.cuda.current_device()
+    rng = np.random.default_rng(5)
+    x = make(rng, (4096, 1024), "float32")
+    w = make(rng, (1024,), "float32")
+    torch.cuda.synchronize()
+    cudaops.empty_cache()
+    pool = cudaops.memory_reserved(dev)
+    before = torch.cuda.memory_allocated(dev)
+    y, rstd = cudaops.rms_norm(x, w, 1e-6, return_rstd=True)
+    values, indices = cudaops.topk(x, 100)  # its workspace too, freed with the call
+    results = [y, rstd, values, indices]
+    assert torch.cuda.memory_allocated(dev) == before + sum(
+        (t.numel() * t.element_size() + 511) // 512 * 512 for t in results)
+    assert cudaops.memory_reserved(dev) == pool
+    torch.cuda.synchronize()
+    check_close(to64(y), to64(torch.nn.functional.rms_norm(x, (1024,), w, 1e-6)), "float32")
+    check_close(to64(values), to64(torch.topk(x, 100).values), "float32")
+    del y, rstd, values, indices, results
+    assert torch.cuda.memory_allocated(dev) == before
+
+
+def test_results_on_a_stream_torch_is_not_using_come_from_the_pool(path):
+    dev = torch.cuda.current_device()
+    x = torch.randn(4096, 4096, device="cuda")  # 64 MiB: more than the pool has free
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    cudaops.empty_cache()
+    pool = cudaops.memory_reserved(dev)
+    y = cudaops.add_scalar(x, 1.0, stream=s)
+    assert cudaops.memory_reserved(dev) >= pool + y.numel() * 4
+    s.synchronize()
+    assert torch.equal(y, x + 1.0)
+
+
+@pytest.mark.skipif(not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
+                    reason="this torch has no DLPack C exchange API")
+def test_new_results_in_graph_capture():
+    # The results and the workspace come from torch's allocator, which captures them.
+    x = torch.randn(64, 4096, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        cudaops.topk(x, 32, stream=s)  # warm-up outside capture
+        cudaops.softmax(x, stream=s)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        stream = torch.cuda.current_stream()
+        values, indices = cudaops.topk(x, 32, stream=stream)
+        y = cudaops.softmax(x, stream=stream)
+    x.copy_(torch.randn_like(x))
+    graph.replay()
+    torch.cuda.synchronize()
+    expected = torch.topk(x, 32)
+    assert torch.equal(values, expected.values)
+    assert torch.equal(indices, expected.indices)
+    assert torch.equal(y, cudaops.softmax(x))  # the same bits as a call outside the graph
 
 
 def test_partial_overlap_refused_in_place_allowed(path):

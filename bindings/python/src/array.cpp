@@ -127,19 +127,21 @@ Array::Array(std::vector<int64_t> shape, DType dtype, int device, cudaStream_t s
                 ? cudaMallocFromPoolAsync(&memory_->ptr, static_cast<size_t>(bytes), pool, stream)
                 : cudaMallocAsync(&memory_->ptr, static_cast<size_t>(bytes), stream);
   }
-  if (error != cudaSuccess) memory_->ptr = nullptr;
-  check_cuda(error, std::string(op) + ": allocating " + std::to_string(bytes) +
-                        " bytes on CUDA device " + std::to_string(device));
+  if (error != cudaSuccess) {
+    memory_->ptr = nullptr;
+    check_cuda(error, std::string(op) + ": allocating " + std::to_string(bytes) +
+                          " bytes on CUDA device " + std::to_string(device));
+  }
 }
 
 void Array::mark_ready(cudaStream_t stream, const char* op) {
   stream_ = stream;
   if (memory_->ptr == nullptr) return;
   if (memory_->ready == nullptr) {
-    check_cuda(cudaEventCreateWithFlags(&memory_->ready, cudaEventDisableTiming),
-               std::string(op) + ": cudaEventCreate");
+    check_cuda(cudaEventCreateWithFlags(&memory_->ready, cudaEventDisableTiming), op,
+               ": cudaEventCreate");
   }
-  check_cuda(cudaEventRecord(memory_->ready, stream), std::string(op) + ": cudaEventRecord");
+  check_cuda(cudaEventRecord(memory_->ready, stream), op, ": cudaEventRecord");
 }
 
 void Array::mark_ready_noexcept(cudaStream_t stream) noexcept {
@@ -167,6 +169,22 @@ void Array::order_before(cudaStream_t consumer) const {
              "cudaops.Array.__dlpack__: making the consumer's stream wait");
 }
 
+dl::DataType dl_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return {dl::kFloat, 32, 1};
+    case DType::kFloat16:
+      return {dl::kFloat, 16, 1};
+    case DType::kBFloat16:
+      return {dl::kBfloat, 16, 1};
+    case DType::kInt32:
+      return {dl::kInt, 32, 1};
+    case DType::kInt64:
+      return {dl::kInt, 64, 1};
+  }
+  return {dl::kFloat, 32, 1};
+}
+
 namespace {
 
 // What a DLPack export owns: a reference to the Array and the shape/strides arrays.
@@ -192,22 +210,6 @@ void legacy_deleter(dl::ManagedTensor* self) {
 
 void versioned_deleter(dl::ManagedTensorVersioned* self) {
   release_context(static_cast<ExportContext*>(self->manager_ctx));
-}
-
-dl::DataType dl_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return {dl::kFloat, 32, 1};
-    case DType::kFloat16:
-      return {dl::kFloat, 16, 1};
-    case DType::kBFloat16:
-      return {dl::kBfloat, 16, 1};
-    case DType::kInt32:
-      return {dl::kInt, 32, 1};
-    case DType::kInt64:
-      return {dl::kInt, 64, 1};
-  }
-  return {dl::kFloat, 32, 1};
 }
 
 const char* typestr(DType dtype) {

@@ -66,6 +66,9 @@ int64_t checked_size(const std::vector<int64_t>& shape, const char* op, const ch
 py::object make_dlpack_capsule(dl::ManagedTensor* tensor);
 py::object make_dlpack_capsule(dl::ManagedTensorVersioned* tensor);
 
+/// The DLPack data type of `dtype`.
+dl::DataType dl_dtype(DType dtype);
+
 /// Registers cudaops.Array (with __dlpack__, __dlpack_device__, __cuda_array_interface__).
 void bind_array(py::module_& m);
 

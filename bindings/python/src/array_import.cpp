@@ -10,6 +10,7 @@
 namespace cudaops::python {
 
 using detail::cupy_current_stream;
+using detail::cupy_empty;
 using detail::exchange_api_of;
 using detail::import_cai;
 using detail::import_dlpack;
@@ -38,13 +39,23 @@ CallContext::CallContext(const char* op, py::handle stream)
     : op_(op), stream_(parse_stream(stream, op)) {}
 
 CallContext::~CallContext() {
+  // Memory of the caller's framework goes back to its stream-ordered allocator, on the op's stream.
   if (done_) return;
-  for (auto& array : results_) {
-    if (array != nullptr) array->mark_ready_noexcept(stream_.handle);
+  for (Made& made : results_) {
+    if (made.array != nullptr) made.array->mark_ready_noexcept(stream_.handle);
   }
-  for (auto& array : scratch_) {
-    if (array != nullptr) array->mark_ready_noexcept(stream_.handle);
+  for (Made& made : scratch_) {
+    if (made.array != nullptr) made.array->mark_ready_noexcept(stream_.handle);
   }
+}
+
+void CallContext::results_like(py::handle like) {
+  like_set_ = true;
+  like_api_ = nullptr;
+  like_cupy_ = false;
+  if (like.is_none() || py::isinstance<Array>(like) || !fast_paths()) return;
+  like_api_ = exchange_api_of(like);
+  like_cupy_ = like_api_ == nullptr && is_cupy_ndarray(like);
 }
 
 ArrayView CallContext::import(py::handle obj, const char* name, Access access, Elements elements) {
@@ -93,6 +104,11 @@ ArrayView CallContext::import(py::handle obj, const char* name, Access access, E
     }
   }
   view.size = checked_size(view.shape, op_, name);
+  if (!like_set_) {
+    like_set_ = true;
+    like_api_ = view.exchange_api;
+    like_cupy_ = view.wait_cupy_stream;
+  }
   if (access == Access::kWrite && view.readonly) {
     throw py::value_error(prefix(op_, name) + "the array is read-only (" + view.protocol +
                           "); an output must be writable");
@@ -254,30 +270,109 @@ int CallContext::prepare(const std::vector<const ArrayView*>& arrays) {
   return device;
 }
 
+CallContext::Source CallContext::source() {
+  if (source_ != Source::kUnknown) return source_;
+  source_ = Source::kPool;
+  // Only where the arrays' device is current (guard_) and the framework allocates on the op's
+  // stream; otherwise the module's pool, whose arrays wait for the op before being freed.
+  if (!guard_) return source_;
+  if (like_api_ != nullptr && like_api_->managed_tensor_allocator != nullptr &&
+      like_api_->managed_tensor_to_py_object_no_sync != nullptr) {
+    void* current = nullptr;
+    if (like_api_->current_work_stream(dl::kCUDA, device_, &current) != 0) {
+      throw py::error_already_set();
+    }
+    if (same_stream(static_cast<cudaStream_t>(current), stream_.handle))
+      source_ = Source::kExchange;
+  } else if (like_cupy_ && same_stream(cupy_current_stream(), stream_.handle)) {
+    source_ = Source::kCupy;
+  }
+  return source_;
+}
+
+namespace {
+
+struct AllocatorError {
+  std::string text;
+};
+
+void set_allocator_error(void* context, const char* kind, const char* message) {
+  auto* error = static_cast<AllocatorError*>(context);
+  error->text =
+      std::string(kind != nullptr ? kind : "") + ": " + (message != nullptr ? message : "");
+}
+
+}  // namespace
+
+CallContext::Made CallContext::make(const std::vector<int64_t>& shape, DType dtype) {
+  Made made;
+  const Source from = source();
+  if (from == Source::kExchange) {
+    dl::Tensor prototype{};
+    prototype.device = {dl::kCUDA, device_};
+    prototype.ndim = static_cast<int32_t>(shape.size());
+    prototype.dtype = dl_dtype(dtype);
+    prototype.shape = const_cast<int64_t*>(shape.data());
+    dl::ManagedTensorVersioned* tensor = nullptr;
+    AllocatorError error;
+    if (like_api_->managed_tensor_allocator(&prototype, &tensor, &error, &set_allocator_error) !=
+            0 ||
+        tensor == nullptr) {
+      throw CudaError(std::string(op_) + ": allocating a result of " + shape_text(shape) + " " +
+                      dtype_name(dtype) + " through the caller's framework: " + error.text);
+    }
+    made.tensor.reset(tensor);
+    const dl::Tensor& t = tensor->dl_tensor;
+    // What the allocator gave is checked before it is written: a dense array of the prototype.
+    bool dense = t.ndim == prototype.ndim && t.device.device_type == dl::kCUDA &&
+                 t.device.device_id == device_;
+    const std::vector<int64_t> strides = contiguous_strides(shape);
+    for (int32_t i = 0; dense && i < t.ndim; ++i) {
+      dense = t.shape[i] == shape[i] &&
+              (t.strides == nullptr || shape[i] == 1 || t.strides[i] == strides[i]);
+    }
+    if (!dense) {
+      throw CudaError(std::string(op_) +
+                      ": the caller's framework allocated a result other than the dense " +
+                      shape_text(shape) + " array asked for");
+    }
+    made.data = static_cast<char*>(t.data) + t.byte_offset;
+    return made;
+  }
+  if (from == Source::kCupy) {
+    made.object = cupy_empty(shape, dtype, &made.data);
+    if (made.object) return made;
+  }
+  made.array =
+      std::make_unique<Array>(shape, dtype, device_ < 0 ? 0 : device_, stream_.handle, op_);
+  made.data = made.array->data();
+  return made;
+}
+
 void* CallContext::output_data(const ArrayView* out, const std::vector<int64_t>& shape,
                                DType dtype) {
   if (out != nullptr) return out->data;
-  results_.push_back(
-      std::make_unique<Array>(shape, dtype, device_ < 0 ? 0 : device_, stream_.handle, op_));
-  return results_.back()->data();
+  results_.push_back(make(shape, dtype));
+  return results_.back().data;
 }
 
 void* CallContext::scratch(size_t bytes) {
   if (bytes == 0) return nullptr;
   const auto words = static_cast<int64_t>((bytes + 3) / 4);
-  scratch_.push_back(std::make_unique<Array>(std::vector<int64_t>{words}, DType::kFloat32,
-                                             device_ < 0 ? 0 : device_, stream_.handle, op_));
-  return scratch_.back()->data();
+  scratch_.push_back(make({words}, DType::kInt32));
+  return scratch_.back().data;
 }
 
 void CallContext::mark_done() {
   if (done_) return;
   done_ = true;
-  for (auto& array : results_)
-    array->mark_ready(stream_.handle, op_);
-  // Scratch memory is freed after this event, that is after the op's work.
-  for (auto& array : scratch_)
-    array->mark_ready(stream_.handle, op_);
+  for (Made& made : results_) {
+    if (made.array != nullptr) made.array->mark_ready(stream_.handle, op_);
+  }
+  // Scratch memory of the pool is freed after this event, that is after the op's work.
+  for (Made& made : scratch_) {
+    if (made.array != nullptr) made.array->mark_ready(stream_.handle, op_);
+  }
 }
 
 py::object CallContext::finish(py::handle out, py::handle like) {
@@ -288,12 +383,29 @@ py::object CallContext::finish(py::handle out, py::handle like) {
 
 py::object CallContext::take_result(size_t index, py::handle like) {
   mark_done();
-  py::object array = py::cast(std::move(results_.at(index)));
-  return as_kind_of(array, like);
+  Made& made = results_.at(index);
+  py::object result;
+  if (made.tensor != nullptr) {
+    void* object = nullptr;
+    // The framework takes the tensor, even where it fails.
+    if (like_api_->managed_tensor_to_py_object_no_sync(made.tensor.release(), &object) != 0 ||
+        object == nullptr) {
+      if (PyErr_Occurred() != nullptr) throw py::error_already_set();
+      throw CudaError(std::string(op_) + ": the caller's framework did not take its result");
+    }
+    result = py::reinterpret_steal<py::object>(static_cast<PyObject*>(object));
+  } else if (made.object) {
+    result = std::move(made.object);
+  } else {
+    return as_kind_of(py::cast(std::move(made.array)), like);
+  }
+  // Made by the framework of the first array; another `like` gets it through DLPack.
+  if (Py_TYPE(like.ptr()) == Py_TYPE(result.ptr())) return result;
+  return as_kind_of(result, like);
 }
 
 py::object as_kind_of(py::object array, py::handle like) {
-  if (py::isinstance<Array>(like)) return array;
+  if (like.is_none() || py::isinstance<Array>(like)) return array;
   py::handle type = reinterpret_cast<PyObject*>(Py_TYPE(like.ptr()));
   const std::string module = py::str(type.attr("__module__"));
   const std::string top = module.substr(0, module.find('.'));

@@ -92,8 +92,12 @@ class CallContext {
   void require_same_dtype(const ArrayView& reference, const ArrayView& view) const;
   void require_floating(const ArrayView& view) const;
 
-  /// The result: `out` when given (already checked), else a new Array of shape x dtype (new
-  /// results are numbered in the order they are made, from 0).
+  /// New results are made as the same kind of array as `like` (None: cudaops.Array). Without
+  /// this call, as the first array imported.
+  void results_like(py::handle like);
+
+  /// The result: `out` when given (already checked), else a new array of shape x dtype (new
+  /// results are numbered in the order they are made, from 0). After prepare().
   void* output_data(const ArrayView* out, const std::vector<int64_t>& shape, DType dtype);
 
   /// Device memory for this call only (the op's workspace): freed once the call's work is done.
@@ -107,6 +111,22 @@ class CallContext {
   py::object take_result(size_t index, py::handle like);
 
  private:
+  /// Where the memory of new results and scratch comes from. The caller's framework, where it
+  /// allocates on the op's stream: its stream-ordered allocator then frees the memory safely, and
+  /// the result needs no conversion.
+  enum class Source : uint8_t { kUnknown, kPool, kExchange, kCupy };
+
+  /// One new result or scratch buffer: memory of exactly one source.
+  struct Made {
+    std::unique_ptr<Array> array;                                     // the module's pool
+    std::unique_ptr<dl::ManagedTensorVersioned, dl::Release> tensor;  // the DLPack C exchange API
+    py::object object;                                                // a CuPy array
+    void* data = nullptr;
+  };
+
+  Source source();
+  Made make(const std::vector<int64_t>& shape, DType dtype);
+
   const char* op_;
   StreamArg stream_;
   int device_ = -1;
@@ -115,8 +135,14 @@ class CallContext {
   /// Refuses a stream of another device than `device`, the arrays' (ValueError).
   void check_stream_device(int device) const;
 
-  std::vector<std::unique_ptr<Array>> results_;
-  std::vector<std::unique_ptr<Array>> scratch_;
+  // The kind of array new results are made as.
+  bool like_set_ = false;
+  const dl::ExchangeAPI* like_api_ = nullptr;  // its type's C exchange API, if any
+  bool like_cupy_ = false;                     // a cupy.ndarray
+  Source source_ = Source::kUnknown;
+
+  std::vector<Made> results_;
+  std::vector<Made> scratch_;
   bool done_ = false;
 };
 

@@ -45,7 +45,7 @@ DeviceGuard::DeviceGuard(int device, const char* op) {
                           std::to_string(CUDART_VERSION / 1000) + "." +
                           std::to_string(CUDART_VERSION % 1000 / 10) + ")");
   }
-  check_cuda(error, std::string(op) + ": CUDA is not available");
+  check_cuda(error, op, ": CUDA is not available");
   if (previous_ != device) {
     check_cuda(cudaSetDevice(device),
                std::string(op) + ": cannot use CUDA device " + std::to_string(device));
@@ -162,7 +162,7 @@ void order_after(cudaStream_t producer, cudaStream_t consumer, const char* op) {
   };
   thread_local Events events;
   int device = 0;
-  check_cuda(cudaGetDevice(&device), std::string(op) + ": cudaGetDevice");
+  check_cuda(cudaGetDevice(&device), op, ": cudaGetDevice");
   if (events.by_device.size() <= static_cast<size_t>(device)) {
     events.by_device.resize(static_cast<size_t>(device) + 1, nullptr);
   }
@@ -171,10 +171,9 @@ void order_after(cudaStream_t producer, cudaStream_t consumer, const char* op) {
     check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
                std::string(op) + ": cudaEventCreate");
   }
-  check_cuda(cudaEventRecord(event, producer),
-             std::string(op) + ": recording an event on the array's stream");
-  check_cuda(cudaStreamWaitEvent(consumer, event, 0),
-             std::string(op) + ": making the op's stream wait for the array's stream");
+  check_cuda(cudaEventRecord(event, producer), op, ": recording an event on the array's stream");
+  check_cuda(cudaStreamWaitEvent(consumer, event, 0), op,
+             ": making the op's stream wait for the array's stream");
 }
 
 std::string type_name(py::handle obj) {

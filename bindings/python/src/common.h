@@ -39,6 +39,11 @@ inline void check(const Status& status) {
 /// runtime's sticky last error is cleared first so that a later call does not report it again.
 void check_cuda(cudaError_t error, const std::string& context);
 
+/// check_cuda with the context "<op><what>", put together only on failure (for the hot path).
+inline void check_cuda(cudaError_t error, const char* op, const char* what) {
+  if (error != cudaSuccess) check_cuda(error, std::string(op) + what);
+}
+
 /// Makes `device` current for its lifetime and restores the caller's device afterwards, touching
 /// nothing when it is already current.
 class DeviceGuard {

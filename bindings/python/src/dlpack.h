@@ -110,9 +110,14 @@ struct ExchangeAPIHeader {
 
 struct ExchangeAPI {
   ExchangeAPIHeader header;
-  void* managed_tensor_allocator;
+  // A new tensor of the prototype's dtype, shape and device from the framework's allocator;
+  // set_error is called exactly when it fails.
+  int (*managed_tensor_allocator)(Tensor* prototype, ManagedTensorVersioned** out, void* error_ctx,
+                                  void (*set_error)(void* error_ctx, const char* kind,
+                                                    const char* message));
   int (*managed_tensor_from_py_object_no_sync)(void* py_object, ManagedTensorVersioned** out);
-  void* managed_tensor_to_py_object_no_sync;
+  // The framework's array around `tensor`, whose ownership it takes.
+  int (*managed_tensor_to_py_object_no_sync)(ManagedTensorVersioned* tensor, void** out_py_object);
   int (*dltensor_from_py_object_no_sync)(void* py_object, Tensor* out);  // may be null
   int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
 };

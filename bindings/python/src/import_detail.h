@@ -52,6 +52,9 @@ bool read_torch_tensor(py::handle obj, ArrayView& view);
 bool is_cupy_ndarray(py::handle obj);
 /// Fills `view` from a CuPy array's attributes; false when the protocols must report it.
 bool read_cupy_array(py::handle obj, ArrayView& view);
+/// A new C-contiguous CuPy array of shape x dtype from CuPy's allocator, on the current device and
+/// CuPy's current stream, and its data pointer; None where CuPy has no such dtype.
+py::object cupy_empty(const std::vector<int64_t>& shape, DType dtype, void** data);
 /// The current stream of CuPy, and of torch on `device`.
 cudaStream_t cupy_current_stream();
 cudaStream_t torch_current_stream(int device);

@@ -161,6 +161,7 @@ struct CupyHooks {
   PyObject* dtypes[5] = {};  // numpy's dtype singletons: float32, float16, (none), int32, int64
   PyObject* int64_alt = nullptr;       // 'q', the other spelling of int64
   PyObject* current_stream = nullptr;  // cupy.cuda.get_current_stream
+  PyObject* empty = nullptr;           // cupy.empty
 };
 
 CupyHooks* cupy_hooks() {
@@ -185,6 +186,7 @@ CupyHooks* cupy_hooks() {
     h->dtypes[4] = keep(dtype("int64"));
     h->int64_alt = keep(dtype("q"));
     h->current_stream = keep(cp.attr("cuda").attr("get_current_stream"));
+    h->empty = keep(cp.attr("empty"));
     hooks = h;
   } catch (py::error_already_set&) {
     failed = true;
@@ -225,6 +227,29 @@ bool read_cupy_array(py::handle obj, ArrayView& view) {
   view.wait_cupy_stream = true;
   view.protocol = "cupy";
   return true;
+}
+
+py::object cupy_empty(const std::vector<int64_t>& shape, DType dtype, void** data) {
+  static PyObject* const data_name = PyUnicode_InternFromString("data");
+  static PyObject* const ptr_name = PyUnicode_InternFromString("ptr");
+  CupyHooks* h = cupy_hooks();
+  int found = -1;
+  for (int i = 0; i < 5; ++i) {
+    if (kDtypeOrder[i] == dtype) found = i;
+  }
+  if (h == nullptr || found < 0 || h->dtypes[found] == nullptr) return py::object();
+  py::tuple extents(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i)
+    extents[i] = py::int_(shape[i]);
+  PyObject* array =
+      PyObject_CallFunctionObjArgs(h->empty, extents.ptr(), h->dtypes[found], nullptr);
+  if (array == nullptr) throw py::error_already_set();
+  py::object result = py::reinterpret_steal<py::object>(array);
+  py::object memory = get_attr(result, data_name);
+  *data = reinterpret_cast<void*>(
+      static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(get_attr(memory, ptr_name).ptr())));
+  if (PyErr_Occurred()) throw py::error_already_set();
+  return result;
 }
 
 cudaStream_t cupy_current_stream() {

@@ -301,6 +301,7 @@ PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_o
                      py::handle n_segments_obj, py::handle n_iters_obj, bool global_pass,
                      py::handle capacity_obj, py::handle max_clusters_obj, py::handle stream) {
   CallContext ctx("ivf.build_global", stream);
+  ctx.results_like(py::none());  // the index's buffer is the module's
   IvfBuildParams params;
   params.n_clusters = int_arg(n_clusters_obj, ctx.op(), "n_clusters");
   params.n_segments = int_arg(n_segments_obj, ctx.op(), "n_segments");

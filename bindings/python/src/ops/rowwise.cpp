@@ -251,9 +251,9 @@ py::object norm_backward(bool layer, py::handle dy, py::handle x, py::handle wei
   }
   check(status);
   if (layer) {
-    return py::make_tuple(ctx.take_result(0, x), ctx.take_result(1, x), ctx.take_result(2, x));
+    return py::make_tuple(ctx.take_result(0, dy), ctx.take_result(1, dy), ctx.take_result(2, dy));
   }
-  return py::make_tuple(ctx.take_result(0, x), ctx.take_result(1, x));
+  return py::make_tuple(ctx.take_result(0, dy), ctx.take_result(1, dy));
 }
 
 }  // namespace
