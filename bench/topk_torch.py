@@ -20,6 +20,7 @@ SHAPES = [  # (rows, cols, k, dtype)
     (1, 1 << 24, 1024, torch.float32),
     (4096, 32768, 2048, torch.float32),
     (64, 65536, 1024, torch.bfloat16),
+    (64, 131072, 4096, torch.float32),
 ]
 
 

@@ -34,7 +34,7 @@ namespace cudaops {
 // too small, a null pointer with work to do), kMisaligned, kUnsupportedDtype (x's dtype, or an
 // index dtype other than int32/int64), kWorkspaceTooSmall, or kCudaError.
 
-inline constexpr int64_t kTopkMaxK = 2048;
+inline constexpr int64_t kTopkMaxK = 4096;
 inline constexpr int64_t kTopkMaxCols = int64_t{1} << 24;
 /// Longest row selected by one thread block, with no workspace.
 inline constexpr int64_t kTopkTileCols = 16384;

@@ -74,14 +74,15 @@ std::vector<Case> ShapeCases() {
   struct Shape {
     int64_t rows, cols, k;
   };
-  const Shape shapes[] = {{1, 1, 1},        {7, 1, 1},
-                          {3, 7, 7},        {5, 199, 1},
-                          {5, 199, 64},     {3, 1000, 999},
-                          {2, 4097, 2048},  {33, 127, 32},
-                          {4, 16384, 2048}, {3, 16385, 5},
-                          {2, 40000, 2048}, {3, 65543, 1024},
-                          {2, 100000, 1},   {1, (1 << 20) + 1, 2048},
-                          {1, 300000, 777}, {300, 40000, 300}};
+  const Shape shapes[] = {{1, 1, 1},         {7, 1, 1},
+                          {3, 7, 7},         {5, 199, 1},
+                          {5, 199, 64},      {3, 1000, 999},
+                          {2, 4097, 4096},   {33, 127, 32},
+                          {4, 16384, 4096},  {3, 16385, 5},
+                          {2, 40000, 4096},  {3, 65543, 2048},
+                          {2, 100000, 1},    {1, (1 << 20) + 1, 4096},
+                          {1, 300000, 777},  {300, 40000, 300},
+                          {2, 131072, 4096}, {2, 200003, 3000}};
   std::vector<Case> cases;
   for (DType dtype : kDtypes) {
     for (const Shape& s : shapes) {
@@ -161,16 +162,16 @@ class TopkDtype : public ::testing::TestWithParam<DType> {};
 // win at every level.
 TEST_P(TopkDtype, ManyTies) {
   const DType dtype = GetParam();
-  for (int64_t cols : {100, 5000, 70000}) {
+  for (int64_t cols : {100, 5000, 70000, 131072}) {
     const RowShape s{4, cols, cols};
     HostArray x(dtype, s.rows * cols);
     for (int64_t i = 0; i < x.size(); ++i) {
       const int64_t r = i / cols;
-      // Row 0: all equal; row 1: two values; rows 2-3: eight values.
-      const int64_t distinct = r == 0 ? 1 : (r == 1 ? 2 : 8);
+      // Row 0: all equal; row 1: two values; row 2: eight values; row 3: 256 values.
+      const int64_t distinct = r == 0 ? 1 : (r == 1 ? 2 : (r == 2 ? 8 : 256));
       x.set(i, static_cast<double>((i * 7919) % distinct) - 3.0);
     }
-    for (int64_t k : {int64_t{1}, int64_t{37}, std::min<int64_t>(cols, 2048)}) {
+    for (int64_t k : {int64_t{1}, int64_t{37}, std::min<int64_t>(cols, 4096)}) {
       for (const TopkOptions& o : kAllOptions) {
         SCOPED_TRACE("cols " + std::to_string(cols) + " k " + std::to_string(k));
         EXPECT_TRUE(CheckHost(x, s, k, o));
@@ -193,7 +194,7 @@ TEST_P(TopkDtype, SampledRows) {
     const double ramp = std::ldexp(static_cast<double>(c), -10);
     x.set(i, r == 0 ? ramp : (r == 1 ? -ramp : static_cast<double>((c * 7919) % 3)));
   }
-  for (int64_t k : {int64_t{1}, int64_t{100}, int64_t{2048}}) {
+  for (int64_t k : {int64_t{1}, int64_t{100}, int64_t{4096}}) {
     for (const TopkOptions& o : kAllOptions) {
       SCOPED_TRACE("k " + std::to_string(k));
       EXPECT_TRUE(CheckHost(x, s, k, o));
@@ -218,7 +219,7 @@ TEST_P(TopkDtype, SpreadMagnitudes) {
       const double sign = r == 1 || (h >> 63) != 0 ? 1.0 : -1.0;  // row 1: all positive
       x.set(i, sign * std::ldexp(mantissa, r == 2 ? exponent / 8 : exponent));
     }
-    for (int64_t k : {int64_t{1}, int64_t{64}, int64_t{1024}, int64_t{2048}}) {
+    for (int64_t k : {int64_t{1}, int64_t{64}, int64_t{1024}, int64_t{4096}}) {
       for (const TopkOptions& o : kAllOptions) {
         SCOPED_TRACE("cols " + std::to_string(cols) + " k " + std::to_string(k));
         EXPECT_TRUE(CheckHost(x, s, k, o));
@@ -259,7 +260,7 @@ TEST_P(TopkDtype, NanInfinitiesAndSignedZeros) {
       }
       x.set(i, v);
     }
-    for (int64_t k : {int64_t{1}, int64_t{5}, std::min<int64_t>(cols, 2048)}) {
+    for (int64_t k : {int64_t{1}, int64_t{5}, std::min<int64_t>(cols, 4096)}) {
       for (const TopkOptions& o : kAllOptions) {
         SCOPED_TRACE("cols " + std::to_string(cols) + " k " + std::to_string(k));
         EXPECT_TRUE(CheckHost(x, s, k, o));
@@ -409,7 +410,7 @@ TEST(TopkHuge, SingleRowOf2To24) {
     ASSERT_TRUE(x.allocate(dtype, cols).ok());
     ASSERT_TRUE(testing::fill_hashed(x.data(), dtype, cols, 3, nullptr).ok());
     const HostArray host = HashedRow(dtype, cols, 3, 0);
-    for (int64_t k : {int64_t{1024}, int64_t{2048}}) {
+    for (int64_t k : {int64_t{1024}, int64_t{4096}}) {
       for (const TopkOptions& o : kAllOptions) {
         DeviceArray values, indices;
         ASSERT_TRUE(values.allocate(dtype, k).ok());

@@ -14,9 +14,9 @@ def test_name_exported():
 
 
 @pytest.mark.parametrize("k, error, message", [
-    (0, ValueError, r"topk: k must be in \[1, 2048\], got 0"),
+    (0, ValueError, r"topk: k must be in \[1, 4096\], got 0"),
     (9, ValueError, r"topk: k \(9\) must be <= cols \(8\)"),
-    (2049, ValueError, r"topk: k must be in \[1, 2048\]"),
+    (4097, ValueError, r"topk: k must be in \[1, 4096\]"),
     (2.0, TypeError, r"topk: k must be an int, got float"),
     (True, TypeError, r"topk: k must be an int, got bool"),
 ])
@@ -69,7 +69,8 @@ def reference(x, k, largest, sorted_):
 @requires_gpu
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("rows, cols, k", [(1, 1, 1), (7, 199, 5), (3, 4097, 2048),
-                                           (2, 70000, 1000), (1, 1 << 20, 64)])
+                                           (2, 70000, 1000), (1, 1 << 20, 64),
+                                           (2, 131072, 4096)])
 @pytest.mark.parametrize("largest, sorted_", [(True, True), (False, True), (True, False)])
 def test_matches_exact_reference(torch, dtype, rows, cols, k, largest, sorted_):
     import numpy as np

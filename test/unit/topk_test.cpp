@@ -38,11 +38,11 @@ Status Call(int64_t rows, int64_t cols, int64_t k, TopkOptions o = kDefault, DTy
 TEST(TopkValidation, SizesAndK) {
   EXPECT_TRUE(FailsWith(Call(-1, 8, 2), StatusCode::kInvalidArgument, {"topk", "rows", "-1"}));
   EXPECT_TRUE(FailsWith(Call(4, -8, 2), StatusCode::kInvalidArgument, {"topk", "cols"}));
-  EXPECT_TRUE(FailsWith(Call(4, 8, 0), StatusCode::kInvalidArgument, {"topk", "k", "[1, 2048]"}));
+  EXPECT_TRUE(FailsWith(Call(4, 8, 0), StatusCode::kInvalidArgument, {"topk", "k", "[1, 4096]"}));
   EXPECT_TRUE(FailsWith(Call(4, 8, -3), StatusCode::kInvalidArgument, {"topk", "k"}));
   EXPECT_TRUE(
       FailsWith(Call(4, 8, 9), StatusCode::kInvalidArgument, {"topk", "k (9)", "cols (8)"}));
-  EXPECT_TRUE(FailsWith(Call(4, 100000, 2049), StatusCode::kInvalidArgument, {"topk", "2048"}));
+  EXPECT_TRUE(FailsWith(Call(4, 100000, 4097), StatusCode::kInvalidArgument, {"topk", "4096"}));
   EXPECT_TRUE(FailsWith(Call(1, (int64_t{1} << 24) + 1, 4), StatusCode::kInvalidArgument,
                         {"topk", "cols", "2^24"}));
   EXPECT_TRUE(
@@ -115,7 +115,7 @@ TEST(TopkValidation, PointersDtypesAndWorkspace) {
 TEST(TopkPlan, LevelsShrinkToOneTile) {
   for (int64_t cols : {int64_t{1}, int64_t{16384}, int64_t{16385}, int64_t{65536}, int64_t{1} << 20,
                        kTopkMaxCols}) {
-    for (int64_t k : {int64_t{1}, int64_t{64}, int64_t{1024}, int64_t{2048}}) {
+    for (int64_t k : {int64_t{1}, int64_t{64}, int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
       if (k > cols) continue;
       const detail::topk::Plan plan = detail::topk::make_plan(3, cols, k);
       SCOPED_TRACE("cols " + std::to_string(cols) + " k " + std::to_string(k));

@@ -93,7 +93,7 @@ OpDescriptor topk_descriptor() {
   op.dtypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
   op.dims = {{"rows", "number of rows", 64},
              {"cols", "elements per row", 65536},
-             {"k", "elements selected per row (1 to min(cols, 2048))", 64},
+             {"k", "elements selected per row (1 to min(cols, 4096))", 64},
              {"pad", "x's row stride minus cols", 0},
              {"largest", "1: the k largest; 0: the k smallest", 1},
              {"sorted", "1: in rank order; 0: in column order", 1},
@@ -103,9 +103,10 @@ OpDescriptor topk_descriptor() {
                 {"largest", 1}, {"sorted", 1},  {"index32", 0}};
   };
   op.bench_shapes = {shape(64, 65536, 64),    shape(64, 65536, 1024), shape(1024, 4096, 32),
-                     shape(1, 1 << 24, 1024), shape(16384, 1024, 8),  shape(4096, 32768, 2048)};
+                     shape(1, 1 << 24, 1024), shape(16384, 1024, 8),  shape(4096, 32768, 2048),
+                     shape(64, 131072, 4096)};
   op.headline_shapes = {shape(64, 65536, 64), shape(64, 65536, 1024), shape(1024, 4096, 32),
-                        shape(1, 1 << 24, 1024)};
+                        shape(1, 1 << 24, 1024), shape(64, 131072, 4096)};
   op.validate = [](const CaseConfig& config) {
     size_t bytes = 0;
     return topk_workspace_size(dim_value(config.dims, "rows"), dim_value(config.dims, "cols"),

@@ -58,7 +58,7 @@ void bind_topk(py::module_& m) {
         R"doc(The k largest (or smallest) elements along the last axis, with their indices.
 
 x: a CUDA array (float32, float16 or bfloat16) whose last axis is contiguous and whose leading
-axes are evenly spaced rows. k: 1 <= k <= min(x.shape[-1], 2048); the last axis holds at most
+axes are evenly spaced rows. k: 1 <= k <= min(x.shape[-1], 4096); the last axis holds at most
 2^24 elements. Returns (values, indices), each of shape x.shape[:-1] + (k,) and of x's kind:
 values in x's dtype, indices int64 (or int32 with index_dtype="int32").
 
