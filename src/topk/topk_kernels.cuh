@@ -231,7 +231,8 @@ __global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
       group_maxima(m);
       const int groups = groups_for<kThreads>(k_tile);
       fold_maxima(m, groups);
-      bound = max(row_bound, find_bound(m, groups, static_cast<uint32_t>(k_tile), s));
+      bound = max(row_bound,
+                  find_bound<kThreads, kKeyFloor<T>>(m, groups, static_cast<uint32_t>(k_tile), s));
     }
     if (sampling) {
       if (t == 0) a.sample_out[row * a.samples + blockIdx.x % per_row] = bound;
@@ -403,7 +404,9 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
     const int n = kept + count;
     const bool last = l1 == here;
 
-    // 1. The bound: maxima of the thread's items t + (8q + g) * kThreads, folded.
+    // 1. The bound: maxima of the thread's items t + (8q + g) * kThreads, folded; of their
+    // primary words, which tell tied 16-bit keys apart by column.
+    constexpr int kFloor = kKeyFloor<T>;
     const int k_tile = min(a.k, n);
     uint32_t bound = 1;
     if (k_tile < n) {
@@ -412,25 +415,25 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
 #pragma unroll
         for (int g = 0; g < 8; ++g) {
           const int i = i0 + g * kThreads;
-          if (i < n) m[g] = max(m[g], item_key(gathered[i]));
+          if (i < n) m[g] = max(m[g], item_primary<kFloor>(gathered[i]));
         }
       }
       const int groups = groups_for<kThreads>(k_tile);
       fold_maxima(m, groups);
-      bound = find_bound(m, groups, static_cast<uint32_t>(k_tile), s);
+      bound = find_bound<kThreads, 0>(m, groups, static_cast<uint32_t>(k_tile), s);
     }
 
     // 2. The candidates, placed by a block scan over each thread's items.
     uint32_t passing = 0;
     for (int i = t; i < n; i += kThreads)
-      passing += item_key(gathered[i]) >= bound ? 1u : 0u;
+      passing += item_primary<kFloor>(gathered[i]) >= bound ? 1u : 0u;
     uint32_t offset = 0, total = 0;
     cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(passing, offset, total);
     if (total <= static_cast<uint32_t>(a.slot)) {
       uint64_t* dst = kFinal || !last ? candidates : a.out.items + slot * a.out.slot;
       for (int i = t; i < n; i += kThreads) {
         const uint64_t item = gathered[i];
-        if (item_key(item) >= bound) dst[offset++] = item;
+        if (item_primary<kFloor>(item) >= bound) dst[offset++] = item;
       }
       if (!last) {  // kept for the next chunk
         __syncthreads();
@@ -447,7 +450,7 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
       }
     } else {
       // 3. Too many candidates: sort everything gathered; its first k_tile are the best.
-      sort_items<kThreads, kGatherSortItems, false>(gathered, n, s);
+      sort_items<kThreads, kGatherSortItems, false, kGatherSortItems, kKeyFloor<T>>(gathered, n, s);
       if (!last) {
         kept = k_tile;
       } else if constexpr (kFinal) {

@@ -64,12 +64,12 @@ __device__ void merge_sort(uint64_t* buf, int count) {
 }
 
 // A counting sort of buf[0, count) (at most kItems per thread) by buckets of the primary word
-// (the key, or kByColumn the low word), then by comparison inside each bucket: a few barriers
-// and no merge rounds. The buckets are 4 * kThreads equal ranges of the block's span of primary
-// words, so that spread data leave at most about one item in each. Sorts nothing and
+// (item_primary<kFloor>, or kByColumn the low word), then by comparison inside each bucket: a few
+// barriers and no merge rounds. The buckets are 4 * kThreads equal ranges of the block's span of
+// primary words, so that spread data leave at most about one item in each. Sorts nothing and
 // returns false when a bucket would hold more than kBucketItems (ties, clustered data). Needs
 // no barrier after the writes of buf; ends with a block barrier.
-template <int kThreads, int kItems, bool kByColumn>
+template <int kThreads, int kItems, bool kByColumn, int kFloor>
 __device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s) {
   constexpr int kPer = 4;  // buckets per thread
   constexpr int kBuckets = kPer * kThreads;
@@ -78,7 +78,7 @@ __device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s)
   const int t = static_cast<int>(threadIdx.x);
   const Before<kByColumn> before;
   auto primary = [](uint64_t item) {
-    return kByColumn ? static_cast<uint32_t>(item) : static_cast<uint32_t>(item >> 32);
+    return kByColumn ? static_cast<uint32_t>(item) : item_primary<kFloor>(item);
   };
   __syncthreads();  // buf is written
   uint64_t item[kItems];
@@ -156,9 +156,9 @@ __device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s)
 }
 
 // bucket_sort, else (kMerge) a merge sort, else a bitonic sort.
-template <int kThreads, int kItems, bool kByColumn, bool kMerge>
+template <int kThreads, int kItems, bool kByColumn, bool kMerge, int kFloor>
 __device__ void bucket_or_merge_sort(uint64_t* buf, int count, SelectShared<kThreads>& s) {
-  if (bucket_sort<kThreads, kItems, kByColumn>(buf, count, s)) return;
+  if (bucket_sort<kThreads, kItems, kByColumn, kFloor>(buf, count, s)) return;
   if (kMerge && count > 256) {
     merge_sort<kThreads, kItems, kByColumn>(buf, count);
   } else {
@@ -171,8 +171,10 @@ __device__ void bucket_or_merge_sort(uint64_t* buf, int count, SelectShared<kThr
 // kMaxItems per thread, a merge sort through registers, or for at most 256 items a bitonic sort
 // in one warp. Otherwise a bitonic sort of the whole block. The two limits bound the registers
 // the sorts take (the merge sort's are the more). buf holds max(pow2(count), kThreads) + 1
-// items. Needs no barrier after the writes of buf; ends with a block barrier.
-template <int kThreads, int kMaxItems, bool kByColumn, int kBucketSortItems = kMaxItems>
+// items. kFloor: the constant low bits of the keys (kKeyFloor). Needs no barrier after the writes
+// of buf; ends with a block barrier.
+template <int kThreads, int kMaxItems, bool kByColumn, int kBucketSortItems = kMaxItems,
+          int kFloor = 0>
 __device__ void sort_items(uint64_t* buf, int count, SelectShared<kThreads>& s) {
   static_assert(kBucketSortItems >= kMaxItems && kBucketSortItems <= 8, "bucket limits");
   if (count <= 1) {
@@ -180,13 +182,13 @@ __device__ void sort_items(uint64_t* buf, int count, SelectShared<kThreads>& s) 
     return;
   }
   if (count <= kThreads) {
-    bucket_or_merge_sort<kThreads, 1, kByColumn, true>(buf, count, s);
+    bucket_or_merge_sort<kThreads, 1, kByColumn, true, kFloor>(buf, count, s);
   } else if (kBucketSortItems >= 2 && count <= 2 * kThreads) {
-    bucket_or_merge_sort<kThreads, 2, kByColumn, (kMaxItems >= 2)>(buf, count, s);
+    bucket_or_merge_sort<kThreads, 2, kByColumn, (kMaxItems >= 2), kFloor>(buf, count, s);
   } else if (kBucketSortItems >= 4 && count <= 4 * kThreads) {
-    bucket_or_merge_sort<kThreads, 4, kByColumn, (kMaxItems >= 4)>(buf, count, s);
+    bucket_or_merge_sort<kThreads, 4, kByColumn, (kMaxItems >= 4), kFloor>(buf, count, s);
   } else if (kBucketSortItems >= 8 && count <= 8 * kThreads) {
-    bucket_or_merge_sort<kThreads, 8, kByColumn, (kMaxItems >= 8)>(buf, count, s);
+    bucket_or_merge_sort<kThreads, 8, kByColumn, (kMaxItems >= 8), kFloor>(buf, count, s);
   } else {
     __syncthreads();
     pad_and_sort<kThreads, kByColumn>(buf, count);
@@ -219,7 +221,7 @@ __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t ro
 template <typename T, int kThreads, int kMaxItems, int kBucketSortItems = kMaxItems>
 __device__ void sort_and_write_final(uint64_t* buf, int count, int k, const Out<T>& out,
                                      int64_t row, SelectShared<kThreads>& s) {
-  sort_items<kThreads, kMaxItems, false, kBucketSortItems>(buf, count, s);
+  sort_items<kThreads, kMaxItems, false, kBucketSortItems, kKeyFloor<T>>(buf, count, s);
   write_final<T, kThreads, kMaxItems, kBucketSortItems>(buf, k, out, row, s);
 }
 

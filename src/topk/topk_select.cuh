@@ -53,7 +53,7 @@ static_assert(kNarrowThreads * kPerThread == kSmallTile, "a narrow block holds a
 constexpr int kClusterKeys = 64;
 constexpr int kClusterTile = kWideThreads * kClusterKeys;
 constexpr int kMaxRowCluster = 8;
-constexpr uint32_t kRefineMaxima = 32;  // cluster_bound refines a bin holding more maxima
+constexpr uint32_t kRefineMaxima = 32;  // the bounds refine a bin holding more maxima
 // The low bits of a key that are the same for every value of T: its float's bits beyond T's.
 template <typename T>
 constexpr int kKeyFloor = sizeof(T) == 4              ? 0
@@ -285,6 +285,21 @@ __device__ __forceinline__ uint32_t item_column(uint64_t item) {
   return ~static_cast<uint32_t>(item);
 }
 
+// The item's 32 leading bits of rank order: its key, and for keys of a 16-bit T, whose kFloor low
+// bits are constant, the leading bits of ~column (< 2^24) in their place. Equal keys, common in
+// 16-bit rows, then differ by column, so that bounds and buckets of these words tell them apart.
+// Never 0 (an empty group or slot).
+template <int kFloor>
+__device__ __forceinline__ uint32_t item_primary(uint64_t item) {
+  if constexpr (kFloor == 0) {
+    return item_key(item);
+  } else {
+    constexpr uint32_t kLow = (1u << kFloor) - 1u;
+    const uint32_t column_bits = (static_cast<uint32_t>(item) & 0xffffffu) >> (24 - kFloor);
+    return max((item_key(item) & ~kLow) | column_bits, 1u);
+  }
+}
+
 __device__ __forceinline__ int pow2_at_least(int n) {
   return n <= 1 ? 1 : 1 << (32 - __clz(n - 1));
 }
@@ -461,6 +476,7 @@ __device__ uint32_t bound_pass(const uint32_t (&m)[kGroups], uint32_t found, int
       if (before < k_rem && before + c[j] >= k_rem) {
         s.bin = static_cast<uint32_t>(kBoundBins - 1 - (lane * kPer + j));
         s.above = before;
+        s.count = c[j];
       }
       before += c[j];
     }
@@ -470,17 +486,23 @@ __device__ uint32_t bound_pass(const uint32_t (&m)[kGroups], uint32_t found, int
 }
 
 // The search of find_bound: the bits top..bottom (at most 2 * kBoundBinBits) of the k-th largest
-// of the non-empty maxima m[], one histogram pass per kBoundBinBits.
-template <int kThreads, int kGroups>
+// of the non-empty maxima m[], one histogram pass per kBoundBinBits; then further passes, down to
+// bit kFloor, while the bin of the k-th holds more than kRefineMaxima maxima (keys tied in their
+// leading bits, as 16-bit keys are: each pass cuts the candidates that pass the bound).
+template <int kThreads, int kGroups, int kFloor>
 __device__ uint32_t search_bound(const uint32_t (&m)[kGroups], uint32_t found, int top, int bottom,
                                  uint32_t k, SelectShared<kThreads>& s) {
   static_assert(kBoundBits <= 2 * kBoundBinBits, "two passes");
-  const int shift = max(top - (kBoundBinBits - 1), bottom);
-  found = bound_pass<kThreads, kGroups>(m, found, top, shift, k, s);
-  if (shift > bottom) {
-    const uint32_t k_rem = k - s.above;
-    __syncthreads();  // s.above is read before the next pass sets it
-    found = bound_pass<kThreads, kGroups>(m, found, shift - 1, bottom, k_rem, s);
+  int high = top;
+  uint32_t k_rem = k;
+  for (;;) {
+    const int shift = max(high - (kBoundBinBits - 1), high >= bottom ? bottom : kFloor);
+    found = bound_pass<kThreads, kGroups>(m, found, high, shift, k_rem, s);
+    // s.count and s.above are the block's, read by every thread alike.
+    if (shift <= kFloor || (shift <= bottom && s.count <= kRefineMaxima)) break;
+    k_rem -= s.above;
+    __syncthreads();  // s.above and s.count are read before the next pass sets them
+    high = shift - 1;
   }
   return max(found, 1u);
 }
@@ -506,9 +528,10 @@ __device__ void maxima_spread(const uint32_t (&m)[8], int groups, uint32_t& high
 
 // A lower bound of the k-th key: the k-th largest of the block's maxima m[0, groups) (0: an
 // empty group), to kBoundBits bits below the highest bit where the smallest and the largest
-// non-empty maxima differ (so as fine as the maxima are spread, at every level). 1 when fewer
+// non-empty maxima differ (so as fine as the maxima are spread, at every level), and finer where
+// many maxima tie in those bits (down to bit kFloor, below which keys do not differ). 1 when fewer
 // than k groups are non-empty. Every thread gets it.
-template <int kThreads>
+template <int kThreads, int kFloor>
 __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
                                SelectShared<kThreads>& s) {
   uint32_t high, low, filled;
@@ -521,18 +544,18 @@ __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
   switch (groups) {
     case 1: {
       const uint32_t g[1] = {m[0]};
-      return search_bound<kThreads, 1>(g, found, top, bottom, k, s);
+      return search_bound<kThreads, 1, kFloor>(g, found, top, bottom, k, s);
     }
     case 2: {
       const uint32_t g[2] = {m[0], m[1]};
-      return search_bound<kThreads, 2>(g, found, top, bottom, k, s);
+      return search_bound<kThreads, 2, kFloor>(g, found, top, bottom, k, s);
     }
     case 4: {
       const uint32_t g[4] = {m[0], m[1], m[2], m[3]};
-      return search_bound<kThreads, 4>(g, found, top, bottom, k, s);
+      return search_bound<kThreads, 4, kFloor>(g, found, top, bottom, k, s);
     }
     default:
-      return search_bound<kThreads, 8>(m, found, top, bottom, k, s);
+      return search_bound<kThreads, 8, kFloor>(m, found, top, bottom, k, s);
   }
 }
 
