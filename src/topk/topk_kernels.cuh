@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
 #pragma unroll
         for (int g = 0; g < 8; ++g) {
           const int i = i0 + g * kThreads;
-          if (i < n) m[g] = max(m[g], item_primary<kFloor>(gathered[i]));
+          if (i < n) m[g] = max(m[g], item_primary<kFloor>(gathered[i], a.out.column_shift));
         }
       }
       const int groups = groups_for<kThreads>(k_tile);
@@ -426,14 +426,14 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
     // 2. The candidates, placed by a block scan over each thread's items.
     uint32_t passing = 0;
     for (int i = t; i < n; i += kThreads)
-      passing += item_primary<kFloor>(gathered[i]) >= bound ? 1u : 0u;
+      passing += item_primary<kFloor>(gathered[i], a.out.column_shift) >= bound ? 1u : 0u;
     uint32_t offset = 0, total = 0;
     cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(passing, offset, total);
     if (total <= static_cast<uint32_t>(a.slot)) {
       uint64_t* dst = kFinal || !last ? candidates : a.out.items + slot * a.out.slot;
       for (int i = t; i < n; i += kThreads) {
         const uint64_t item = gathered[i];
-        if (item_primary<kFloor>(item) >= bound) dst[offset++] = item;
+        if (item_primary<kFloor>(item, a.out.column_shift) >= bound) dst[offset++] = item;
       }
       if (!last) {  // kept for the next chunk
         __syncthreads();
@@ -450,7 +450,8 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
       }
     } else {
       // 3. Too many candidates: sort everything gathered; its first k_tile are the best.
-      sort_items<kThreads, kGatherSortItems, false, kGatherSortItems, kKeyFloor<T>>(gathered, n, s);
+      sort_items<kThreads, kGatherSortItems, false, kGatherSortItems, kKeyFloor<T>>(
+          gathered, n, s, a.out.column_shift);
       if (!last) {
         kept = k_tile;
       } else if constexpr (kFinal) {
@@ -584,6 +585,11 @@ Status run_typed(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef v
   final_out.index64 = options.index_dtype == DType::kInt64;
   final_out.sorted = options.sorted;
   final_out.largest = options.largest;
+  // Columns are below 2^bits; item_primary takes the kKeyFloor bits of ~column below that.
+  int bits = 0;
+  while ((int64_t{1} << bits) < plan.levels.front().n)
+    ++bits;
+  final_out.column_shift = std::max(bits - kKeyFloor<T>, 0);
   const int slot = static_cast<int>(slot_items(plan.levels.front().k));
   auto items = [&](size_t i) {
     return reinterpret_cast<uint64_t*>(static_cast<char*>(workspace) +

@@ -23,6 +23,7 @@ struct Out {
   bool index64 = true;
   bool sorted = true;
   bool largest = true;
+  int column_shift = 0;  // item_primary's: the row's columns are below 2^(column_shift + kFloor)
 };
 
 // Pads buf[count, pow2(count)) with item 0 (which sorts last either way) and sorts it
@@ -70,15 +71,15 @@ __device__ void merge_sort(uint64_t* buf, int count) {
 // returns false when a bucket would hold more than kBucketItems (ties, clustered data). Needs
 // no barrier after the writes of buf; ends with a block barrier.
 template <int kThreads, int kItems, bool kByColumn, int kFloor>
-__device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s) {
+__device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s, int column_shift) {
   constexpr int kPer = 4;  // buckets per thread
   constexpr int kBuckets = kPer * kThreads;
   constexpr int kBucketBits = kThreads == 512 ? 11 : kThreads == 256 ? 10 : 9;
   static_assert(kBuckets == 1 << kBucketBits && kBuckets <= kBins, "buckets in s.hist");
   const int t = static_cast<int>(threadIdx.x);
   const Before<kByColumn> before;
-  auto primary = [](uint64_t item) {
-    return kByColumn ? static_cast<uint32_t>(item) : item_primary<kFloor>(item);
+  auto primary = [column_shift](uint64_t item) {
+    return kByColumn ? static_cast<uint32_t>(item) : item_primary<kFloor>(item, column_shift);
   };
   __syncthreads();  // buf is written
   uint64_t item[kItems];
@@ -157,8 +158,9 @@ __device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s)
 
 // bucket_sort, else (kMerge) a merge sort, else a bitonic sort.
 template <int kThreads, int kItems, bool kByColumn, bool kMerge, int kFloor>
-__device__ void bucket_or_merge_sort(uint64_t* buf, int count, SelectShared<kThreads>& s) {
-  if (bucket_sort<kThreads, kItems, kByColumn, kFloor>(buf, count, s)) return;
+__device__ void bucket_or_merge_sort(uint64_t* buf, int count, SelectShared<kThreads>& s,
+                                     int column_shift) {
+  if (bucket_sort<kThreads, kItems, kByColumn, kFloor>(buf, count, s, column_shift)) return;
   if (kMerge && count > 256) {
     merge_sort<kThreads, kItems, kByColumn>(buf, count);
   } else {
@@ -175,20 +177,24 @@ __device__ void bucket_or_merge_sort(uint64_t* buf, int count, SelectShared<kThr
 // of buf; ends with a block barrier.
 template <int kThreads, int kMaxItems, bool kByColumn, int kBucketSortItems = kMaxItems,
           int kFloor = 0>
-__device__ void sort_items(uint64_t* buf, int count, SelectShared<kThreads>& s) {
+__device__ void sort_items(uint64_t* buf, int count, SelectShared<kThreads>& s,
+                           int column_shift = 0) {
   static_assert(kBucketSortItems >= kMaxItems && kBucketSortItems <= 8, "bucket limits");
   if (count <= 1) {
     __syncthreads();
     return;
   }
   if (count <= kThreads) {
-    bucket_or_merge_sort<kThreads, 1, kByColumn, true, kFloor>(buf, count, s);
+    bucket_or_merge_sort<kThreads, 1, kByColumn, true, kFloor>(buf, count, s, column_shift);
   } else if (kBucketSortItems >= 2 && count <= 2 * kThreads) {
-    bucket_or_merge_sort<kThreads, 2, kByColumn, (kMaxItems >= 2), kFloor>(buf, count, s);
+    bucket_or_merge_sort<kThreads, 2, kByColumn, (kMaxItems >= 2), kFloor>(buf, count, s,
+                                                                           column_shift);
   } else if (kBucketSortItems >= 4 && count <= 4 * kThreads) {
-    bucket_or_merge_sort<kThreads, 4, kByColumn, (kMaxItems >= 4), kFloor>(buf, count, s);
+    bucket_or_merge_sort<kThreads, 4, kByColumn, (kMaxItems >= 4), kFloor>(buf, count, s,
+                                                                           column_shift);
   } else if (kBucketSortItems >= 8 && count <= 8 * kThreads) {
-    bucket_or_merge_sort<kThreads, 8, kByColumn, (kMaxItems >= 8), kFloor>(buf, count, s);
+    bucket_or_merge_sort<kThreads, 8, kByColumn, (kMaxItems >= 8), kFloor>(buf, count, s,
+                                                                           column_shift);
   } else {
     __syncthreads();
     pad_and_sort<kThreads, kByColumn>(buf, count);
@@ -221,7 +227,8 @@ __device__ void write_final(uint64_t* best, int k, const Out<T>& out, int64_t ro
 template <typename T, int kThreads, int kMaxItems, int kBucketSortItems = kMaxItems>
 __device__ void sort_and_write_final(uint64_t* buf, int count, int k, const Out<T>& out,
                                      int64_t row, SelectShared<kThreads>& s) {
-  sort_items<kThreads, kMaxItems, false, kBucketSortItems, kKeyFloor<T>>(buf, count, s);
+  sort_items<kThreads, kMaxItems, false, kBucketSortItems, kKeyFloor<T>>(buf, count, s,
+                                                                         out.column_shift);
   write_final<T, kThreads, kMaxItems, kBucketSortItems>(buf, k, out, row, s);
 }
 

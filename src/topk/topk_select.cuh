@@ -286,16 +286,17 @@ __device__ __forceinline__ uint32_t item_column(uint64_t item) {
 }
 
 // The item's 32 leading bits of rank order: its key, and for keys of a 16-bit T, whose kFloor low
-// bits are constant, the leading bits of ~column (< 2^24) in their place. Equal keys, common in
-// 16-bit rows, then differ by column, so that bounds and buckets of these words tell them apart.
-// Never 0 (an empty group or slot).
+// bits are constant, the kFloor leading bits of ~column in their place: bits column_shift and up,
+// where the row's columns are below 2^(column_shift + kFloor) (Out::column_shift). Equal keys,
+// common in 16-bit rows, then differ by column, so that bounds and buckets of these words tell
+// them apart. Never 0 (an empty group or slot).
 template <int kFloor>
-__device__ __forceinline__ uint32_t item_primary(uint64_t item) {
+__device__ __forceinline__ uint32_t item_primary(uint64_t item, int column_shift) {
   if constexpr (kFloor == 0) {
     return item_key(item);
   } else {
     constexpr uint32_t kLow = (1u << kFloor) - 1u;
-    const uint32_t column_bits = (static_cast<uint32_t>(item) & 0xffffffu) >> (24 - kFloor);
+    const uint32_t column_bits = (static_cast<uint32_t>(item) >> column_shift) & kLow;
     return max((item_key(item) & ~kLow) | column_bits, 1u);
   }
 }
