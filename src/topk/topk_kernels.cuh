@@ -231,8 +231,8 @@ __global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
       group_maxima(m);
       const int groups = groups_for<kThreads>(k_tile);
       fold_maxima(m, groups);
-      bound = max(row_bound,
-                  find_bound<kThreads, kKeyFloor<T>>(m, groups, static_cast<uint32_t>(k_tile), s));
+      bound =
+          max(row_bound, find_bound<kThreads, false>(m, groups, static_cast<uint32_t>(k_tile), s));
     }
     if (sampling) {
       if (t == 0) a.sample_out[row * a.samples + blockIdx.x % per_row] = bound;
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(kGatherThreads, 1) topk_gather_kernel(GatherAr
       }
       const int groups = groups_for<kThreads>(k_tile);
       fold_maxima(m, groups);
-      bound = find_bound<kThreads, 0>(m, groups, static_cast<uint32_t>(k_tile), s);
+      bound = find_bound<kThreads, true>(m, groups, static_cast<uint32_t>(k_tile), s);
     }
 
     // 2. The candidates, placed by a block scan over each thread's items.

@@ -487,23 +487,31 @@ __device__ uint32_t bound_pass(const uint32_t (&m)[kGroups], uint32_t found, int
 }
 
 // The search of find_bound: the bits top..bottom (at most 2 * kBoundBinBits) of the k-th largest
-// of the non-empty maxima m[], one histogram pass per kBoundBinBits; then further passes, down to
-// bit kFloor, while the bin of the k-th holds more than kRefineMaxima maxima (keys tied in their
-// leading bits, as 16-bit keys are: each pass cuts the candidates that pass the bound).
-template <int kThreads, int kGroups, int kFloor>
+// of the non-empty maxima m[], one histogram pass per kBoundBinBits; then (kRefine) further
+// passes, down to bit 0, while the bin of the k-th holds more than kRefineMaxima maxima (words
+// tied in their leading bits, as the items of tied 16-bit keys are: each pass cuts the candidates
+// that pass the bound).
+template <int kThreads, int kGroups, bool kRefine>
 __device__ uint32_t search_bound(const uint32_t (&m)[kGroups], uint32_t found, int top, int bottom,
                                  uint32_t k, SelectShared<kThreads>& s) {
   static_assert(kBoundBits <= 2 * kBoundBinBits, "two passes");
-  int high = top;
+  const int shift = max(top - (kBoundBinBits - 1), bottom);
+  found = bound_pass<kThreads, kGroups>(m, found, top, shift, k, s);
   uint32_t k_rem = k;
-  for (;;) {
-    const int shift = max(high - (kBoundBinBits - 1), high >= bottom ? bottom : kFloor);
-    found = bound_pass<kThreads, kGroups>(m, found, high, shift, k_rem, s);
-    // s.count and s.above are the block's, read by every thread alike.
-    if (shift <= kFloor || (shift <= bottom && s.count <= kRefineMaxima)) break;
+  if (shift > bottom) {
     k_rem -= s.above;
-    __syncthreads();  // s.above and s.count are read before the next pass sets them
-    high = shift - 1;
+    __syncthreads();  // s.above is read before the next pass sets it
+    found = bound_pass<kThreads, kGroups>(m, found, shift - 1, bottom, k_rem, s);
+  }
+  if constexpr (kRefine) {
+    // s.count and s.above are the block's, read by every thread alike.
+    for (int low = bottom; low > 0 && s.count > kRefineMaxima;) {
+      k_rem -= s.above;
+      __syncthreads();  // s.above and s.count are read before the next pass sets them
+      const int next = max(low - kBoundBinBits, 0);
+      found = bound_pass<kThreads, kGroups>(m, found, low - 1, next, k_rem, s);
+      low = next;
+    }
   }
   return max(found, 1u);
 }
@@ -529,10 +537,10 @@ __device__ void maxima_spread(const uint32_t (&m)[8], int groups, uint32_t& high
 
 // A lower bound of the k-th key: the k-th largest of the block's maxima m[0, groups) (0: an
 // empty group), to kBoundBits bits below the highest bit where the smallest and the largest
-// non-empty maxima differ (so as fine as the maxima are spread, at every level), and finer where
-// many maxima tie in those bits (down to bit kFloor, below which keys do not differ). 1 when fewer
-// than k groups are non-empty. Every thread gets it.
-template <int kThreads, int kFloor>
+// non-empty maxima differ (so as fine as the maxima are spread, at every level), and (kRefine)
+// finer where many maxima tie in those bits. 1 when fewer than k groups are non-empty. Every
+// thread gets it.
+template <int kThreads, bool kRefine>
 __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
                                SelectShared<kThreads>& s) {
   uint32_t high, low, filled;
@@ -545,18 +553,18 @@ __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
   switch (groups) {
     case 1: {
       const uint32_t g[1] = {m[0]};
-      return search_bound<kThreads, 1, kFloor>(g, found, top, bottom, k, s);
+      return search_bound<kThreads, 1, kRefine>(g, found, top, bottom, k, s);
     }
     case 2: {
       const uint32_t g[2] = {m[0], m[1]};
-      return search_bound<kThreads, 2, kFloor>(g, found, top, bottom, k, s);
+      return search_bound<kThreads, 2, kRefine>(g, found, top, bottom, k, s);
     }
     case 4: {
       const uint32_t g[4] = {m[0], m[1], m[2], m[3]};
-      return search_bound<kThreads, 4, kFloor>(g, found, top, bottom, k, s);
+      return search_bound<kThreads, 4, kRefine>(g, found, top, bottom, k, s);
     }
     default:
-      return search_bound<kThreads, 8, kFloor>(m, found, top, bottom, k, s);
+      return search_bound<kThreads, 8, kRefine>(m, found, top, bottom, k, s);
   }
 }
 
