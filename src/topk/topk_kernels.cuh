@@ -601,13 +601,14 @@ Status run_typed(const char* op, const Plan& plan, ConstMatrixRef x, MatrixRef v
   };
   const size_t levels = plan.levels.size();
   // Rows of a few cluster tiles, all of which the device holds at once, are selected in one
-  // launch (one cluster per row); otherwise level by level.
+  // launch (one cluster per row); with k of 2048 and more, in one launch of several waves (the
+  // levels' slots of 2k items per tile cost more); otherwise level by level.
   const Level& first = plan.levels.front();
   if (first.n > kValueTile && first.n <= kMaxRowCluster * kClusterTile) {
     const int tiles = static_cast<int>((first.n + kClusterTile - 1) / kClusterTile);
     int at_once = 0;
     if (Status s = clusters_at_once<T>(op, tiles, &at_once); !s.ok()) return s;
-    if (rows <= at_once) {
+    if (rows <= at_once || first.k >= 2048) {
       ValueArgs<T> args;
       args.x = static_cast<const T*>(x.data);
       args.x_stride = x.row_stride;
