@@ -52,6 +52,22 @@ def one_call_us(fn, sync, repeats=200):
     return statistics.median(samples)
 
 
+def shared_cases(x, y, w, out, theirs):
+    """The ops timed with both frameworks' arrays: (op, results, cudaops new-result call, cudaops
+    out= call or None, the framework's own call from `theirs` or None)."""
+    return [
+        ("add", 1, lambda: cudaops.add(x, y), lambda: cudaops.add(x, y, out=out),
+         theirs.get("add")),
+        ("add_scalar", 1, lambda: cudaops.add_scalar(x, 1.5),
+         lambda: cudaops.add_scalar(x, 1.5, out=out), theirs.get("add_scalar")),
+        ("softmax", 1, lambda: cudaops.softmax(x), lambda: cudaops.softmax(x, out=out),
+         theirs.get("softmax")),
+        ("rms_norm", 1, lambda: cudaops.rms_norm(x, w, 1e-6),
+         lambda: cudaops.rms_norm(x, w, 1e-6, out=out), theirs.get("rms_norm")),
+        ("topk", 2, lambda: cudaops.topk(x, 8), None, theirs.get("topk")),
+    ]
+
+
 def torch_cases(torch):
     """(op, results, cudaops new-result call, cudaops out= call or None, torch call or None)."""
     dev = "cuda"
@@ -76,13 +92,13 @@ def torch_cases(torch):
     keys = torch.randn(2, 1024, 64, device=dev, dtype=torch.float16)
     index = cudaops.ivf.build_global(keys, keys, 32, 2)
     queries = torch.randn(2, 1, 64, device=dev, dtype=torch.float16)
-    return [
-        ("add", 1, lambda: cudaops.add(x, y), lambda: cudaops.add(x, y, out=out),
-         lambda: torch.add(x, y)),
-        ("add_scalar", 1, lambda: cudaops.add_scalar(x, 1.5),
-         lambda: cudaops.add_scalar(x, 1.5, out=out), lambda: torch.add(x, 1.5)),
-        ("softmax", 1, lambda: cudaops.softmax(x), lambda: cudaops.softmax(x, out=out),
-         lambda: torch.softmax(x, -1)),
+    return shared_cases(x, y, w, out, {
+        "add": lambda: torch.add(x, y),
+        "add_scalar": lambda: torch.add(x, 1.5),
+        "softmax": lambda: torch.softmax(x, -1),
+        "rms_norm": lambda: f.rms_norm(x, (COLS,), w, 1e-6),
+        "topk": lambda: torch.topk(x, 8),
+    }) + [
         ("softmax_backward", 1, lambda: cudaops.softmax_backward(x, y),
          lambda: cudaops.softmax_backward(x, y, out=out),
          lambda: aten._softmax_backward_data(y, x, -1, x.dtype)),
@@ -95,8 +111,6 @@ def torch_cases(torch):
         ("layer_norm_backward", 3, lambda: cudaops.layer_norm_backward(y, x, w, mean, rstd), None,
          lambda: aten.native_layer_norm_backward(y, x, [COLS], mean_t, rstd_t, w, b,
                                                  [True, True, True])),
-        ("rms_norm", 1, lambda: cudaops.rms_norm(x, w, 1e-6),
-         lambda: cudaops.rms_norm(x, w, 1e-6, out=out), lambda: f.rms_norm(x, (COLS,), w, 1e-6)),
         ("rms_norm, return_rstd", 2, lambda: cudaops.rms_norm(x, w, 1e-6, return_rstd=True), None,
          (lambda: fused_rms(x, [COLS], w, 1e-6)) if fused_rms else None),
         ("rms_norm_backward", 2, lambda: cudaops.rms_norm_backward(y, x, w, rms_rstd), None,
@@ -105,7 +119,6 @@ def torch_cases(torch):
         ("fused_add_rms_norm (in place)", 0, None,
          lambda: cudaops.fused_add_rms_norm(x, res, w, 1e-6),
          lambda: f.rms_norm(res.add_(x), (COLS,), w, 1e-6)),
-        ("topk", 2, lambda: cudaops.topk(x, 8), None, lambda: torch.topk(x, 8)),
         # No torch op: the module's own cost, for the record.
         ("kmeans (4 problems of 64 x 16, k 4, 1 iteration)", 3,
          lambda: cudaops.kmeans(points, 4, n_iters=1), None, None),
@@ -122,17 +135,11 @@ def cupy_cases(cupy):
     out = cupy.empty_like(x)
     import cupyx.scipy.special as cupyx_special
 
-    return [
-        ("add", 1, lambda: cudaops.add(x, y), lambda: cudaops.add(x, y, out=out),
-         lambda: cupy.add(x, y)),
-        ("add_scalar", 1, lambda: cudaops.add_scalar(x, 1.5),
-         lambda: cudaops.add_scalar(x, 1.5, out=out), lambda: cupy.add(x, 1.5)),
-        ("softmax", 1, lambda: cudaops.softmax(x), lambda: cudaops.softmax(x, out=out),
-         lambda: cupyx_special.softmax(x, axis=-1)),
-        ("rms_norm", 1, lambda: cudaops.rms_norm(x, w, 1e-6),
-         lambda: cudaops.rms_norm(x, w, 1e-6, out=out), None),
-        ("topk", 2, lambda: cudaops.topk(x, 8), None, None),
-    ]
+    return shared_cases(x, y, w, out, {
+        "add": lambda: cupy.add(x, y),
+        "add_scalar": lambda: cupy.add(x, 1.5),
+        "softmax": lambda: cupyx_special.softmax(x, axis=-1),
+    })
 
 
 def cli_topk_us(cli):
