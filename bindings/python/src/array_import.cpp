@@ -325,7 +325,8 @@ CallContext::Made CallContext::make(const std::vector<int64_t>& shape, DType dty
     const dl::Tensor& t = tensor->dl_tensor;
     // What the allocator gave is checked before it is written: a dense array of the prototype.
     bool dense = t.ndim == prototype.ndim && t.device.device_type == dl::kCUDA &&
-                 t.device.device_id == device_;
+                 t.device.device_id == device_ && t.dtype.code == prototype.dtype.code &&
+                 t.dtype.bits == prototype.dtype.bits && t.dtype.lanes == prototype.dtype.lanes;
     const std::vector<int64_t> strides = contiguous_strides(shape);
     for (int32_t i = 0; dense && i < t.ndim; ++i) {
       dense = t.shape[i] == shape[i] &&
