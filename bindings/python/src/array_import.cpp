@@ -255,6 +255,7 @@ int CallContext::prepare(const std::vector<const ArrayView*>& arrays) {
       }
       order_after(static_cast<cudaStream_t>(current), stream_.handle, op_);
       api_done = view->exchange_api;
+      if (api_done == like_api_) framework_stream_ = static_cast<cudaStream_t>(current);
     }
     if (view->wait_torch_stream && !torch_done) {
       order_after(torch_current_stream(device), stream_.handle, op_);
@@ -262,8 +263,10 @@ int CallContext::prepare(const std::vector<const ArrayView*>& arrays) {
     }
     if (view->wait_cupy_stream && !cupy_done) {
       // CuPy's current stream is per device; the guard made the arrays' device current.
-      order_after(cupy_current_stream(), stream_.handle, op_);
+      const cudaStream_t current = cupy_current_stream();
+      order_after(current, stream_.handle, op_);
       cupy_done = true;
+      if (like_cupy_) framework_stream_ = current;
     }
     if (view->source_array != nullptr) view->source_array->order_before(stream_.handle);
   }
@@ -276,16 +279,23 @@ CallContext::Source CallContext::source() {
   // Only where the arrays' device is current (guard_) and the framework allocates on the op's
   // stream; otherwise the module's pool, whose arrays wait for the op before being freed.
   if (!guard_) return source_;
-  if (like_api_ != nullptr && like_api_->managed_tensor_allocator != nullptr &&
-      like_api_->managed_tensor_to_py_object_no_sync != nullptr) {
-    void* current = nullptr;
-    if (like_api_->current_work_stream(dl::kCUDA, device_, &current) != 0) {
-      throw py::error_already_set();
+  const bool exchange = like_api_ != nullptr && like_api_->managed_tensor_allocator != nullptr &&
+                        like_api_->managed_tensor_to_py_object_no_sync != nullptr;
+  if (!exchange && !like_cupy_) return source_;
+  // The framework's current stream, as prepare() asked it for the ordering, or asked here.
+  if (!framework_stream_) {
+    if (exchange) {
+      void* current = nullptr;
+      if (like_api_->current_work_stream(dl::kCUDA, device_, &current) != 0) {
+        throw py::error_already_set();
+      }
+      framework_stream_ = static_cast<cudaStream_t>(current);
+    } else {
+      framework_stream_ = cupy_current_stream();
     }
-    if (same_stream(static_cast<cudaStream_t>(current), stream_.handle))
-      source_ = Source::kExchange;
-  } else if (like_cupy_ && same_stream(cupy_current_stream(), stream_.handle)) {
-    source_ = Source::kCupy;
+  }
+  if (same_stream(*framework_stream_, stream_.handle)) {
+    source_ = exchange ? Source::kExchange : Source::kCupy;
   }
   return source_;
 }
@@ -327,10 +337,11 @@ CallContext::Made CallContext::make(const std::vector<int64_t>& shape, DType dty
     bool dense = t.ndim == prototype.ndim && t.device.device_type == dl::kCUDA &&
                  t.device.device_id == device_ && t.dtype.code == prototype.dtype.code &&
                  t.dtype.bits == prototype.dtype.bits && t.dtype.lanes == prototype.dtype.lanes;
-    const std::vector<int64_t> strides = contiguous_strides(shape);
-    for (int32_t i = 0; dense && i < t.ndim; ++i) {
+    int64_t stride = 1;  // C-contiguous, from the last axis
+    for (int32_t i = t.ndim; dense && i-- > 0;) {
       dense = t.shape[i] == shape[i] &&
-              (t.strides == nullptr || shape[i] == 1 || t.strides[i] == strides[i]);
+              (t.strides == nullptr || shape[i] == 1 || t.strides[i] == stride);
+      stride *= shape[i] > 0 ? shape[i] : 1;
     }
     if (!dense) {
       throw CudaError(std::string(op_) +

@@ -137,8 +137,9 @@ class CallContext {
 
   // The kind of array new results are made as.
   bool like_set_ = false;
-  const dl::ExchangeAPI* like_api_ = nullptr;  // its type's C exchange API, if any
-  bool like_cupy_ = false;                     // a cupy.ndarray
+  const dl::ExchangeAPI* like_api_ = nullptr;     // its type's C exchange API, if any
+  bool like_cupy_ = false;                        // a cupy.ndarray
+  std::optional<cudaStream_t> framework_stream_;  // its current stream on the arrays' device
   Source source_ = Source::kUnknown;
 
   std::vector<Made> results_;
