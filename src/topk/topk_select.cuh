@@ -569,9 +569,11 @@ __device__ uint32_t find_bound(const uint32_t (&m)[8], int groups, uint32_t k,
 }
 
 // find_bound for the blocks of a cluster, in one histogram pass: the k-th largest of all their
-// maxima, to 11 bits below the highest bit where the smallest and the largest of them differ.
-// s.hist is zeroed before (block_spread's barrier orders it). Every block finds the same bound.
-// Keys of T (16-bit types) have constant bits below kKeyFloor<T>, which no refinement resolves.
+// maxima, binned by their distance below the largest (so the bins are as fine as the maxima are
+// spread, even where that spread crosses an octave, as maxima of 16-bit rows just below a power of
+// two do), 11 bits of it. s.hist is zeroed before (block_spread's barrier orders it). Every block
+// finds the same bound. Keys of T (16-bit types) have constant bits below kKeyFloor<T>, which no
+// refinement resolves.
 template <int kThreads, typename T>
 __device__ uint32_t cluster_bound(const uint32_t (&m)[8], int groups, uint32_t k,
                                   SelectShared<kThreads>& s, const RowCluster& c) {
@@ -594,24 +596,21 @@ __device__ uint32_t cluster_bound(const uint32_t (&m)[8], int groups, uint32_t k
   }
   if (filled < k) return 1u;
   if (low == high) return low;
-  const int top = 31 - __clz(low ^ high);
+  // Bin kBins - 1 - d holds the maxima whose distance below high, shifted, is d.
+  const int top = 31 - __clz(high - low);
   const int shift = max(top - 10, 0);
-  const uint32_t prefix = high_bits(low, top + 1);
-  const uint32_t mask = (2u << (top - shift)) - 1u;
 #pragma unroll
   for (int g = 0; g < 8; ++g) {
-    if (g < groups && m[g] != 0 && high_bits(m[g], top + 1) == prefix) {
-      atomicAdd(&s.hist[(m[g] >> shift) & mask], 1u);
-    }
+    if (g < groups && m[g] != 0) atomicAdd(&s.hist[kBins - 1 - ((high - m[g]) >> shift)], 1u);
   }
   if (!c.many()) __syncthreads();  // (find_bin waits for the whole cluster)
   find_bin<kBins, kThreads>(s, k, c);
-  uint32_t bound = (top >= 31 ? 0u : prefix << (top + 1)) | (s.bin << shift);
-  // A bin that holds many maxima (they are spread over orders of magnitude, or tied) is
-  // refined by the next 11 bits, so that few keys pass the bound needlessly.
+  uint32_t d = kBins - 1 - s.bin;  // the k-th's distance below high, >> shift
+  int d_shift = shift;
+  // A bin that holds many maxima (tied, or spread over orders of magnitude) is refined by the
+  // next 11 bits of the distance, so that few keys pass the bound needlessly.
   if (shift > kKeyFloor<T> && s.count > kRefineMaxima) {
     const uint32_t k_rem = k - s.above;
-    const uint32_t bin = bound >> shift;
     const int low_shift = max(shift - 11, 0);
     const uint32_t low_mask = (1u << (shift - low_shift)) - 1u;
     cluster_sync();  // every block (and every peer) has read the histogram
@@ -620,15 +619,19 @@ __device__ uint32_t cluster_bound(const uint32_t (&m)[8], int groups, uint32_t k
     __syncthreads();
 #pragma unroll
     for (int g = 0; g < 8; ++g) {
-      if (g < groups && m[g] != 0 && (m[g] >> shift) == bin) {
-        atomicAdd(&s.hist[(m[g] >> low_shift) & low_mask], 1u);
+      if (g < groups && m[g] != 0 && ((high - m[g]) >> shift) == d) {
+        atomicAdd(&s.hist[low_mask - (((high - m[g]) >> low_shift) & low_mask)], 1u);
       }
     }
     if (!c.many()) __syncthreads();
     find_bin<kBins, kThreads>(s, k_rem, c);
-    bound = (bin << shift) | (s.bin << low_shift);
+    d = (d << (shift - low_shift)) | (low_mask - s.bin);
+    d_shift = low_shift;
   }
-  return max(bound, 1u);
+  // The smallest key at distance d: at least k maxima are at or above it.
+  const uint64_t below = (static_cast<uint64_t>(d) + 1u) << d_shift;
+  return max(static_cast<uint32_t>(high + 1u - min(below, static_cast<uint64_t>(high) + 1u)),
+             max(low, 1u));
 }
 
 }  // namespace
