@@ -3,14 +3,17 @@
 // image loads on compute capability 9.0 only); launch_assign takes it there and the mma.sync
 // kernel (kmeans_assign.cuh) everywhere else.
 //
-// A block of two warpgroups takes 128 points (64 per warpgroup: one m64 tile) and walks the
-// centroids 128 at a time, double-buffered in shared memory by cp.async. Both operands sit in
-// shared memory in the 128-byte swizzled K-major layout that wgmma reads without bank conflicts:
-// 64 values of a row per 128 bytes, the row's eight 16-byte pieces permuted by the row index
-// mod 8, and rows of K past 64 in further blocks of the same shape. Each warpgroup multiplies its
-// 64 x 128 tile with wgmma.m64n128k16 (float32 accumulators in registers) and keeps each row's
-// running minimum of bias_j - alpha * y . c_j, as the mma.sync kernel does; two blocks per SM let
-// one block's arg-min run while the other's products do.
+// Both operands sit in shared memory in the 128-byte swizzled K-major layout that wgmma reads
+// without bank conflicts: 64 values of a row per 128 bytes, the row's eight 16-byte pieces
+// permuted by the row index mod 8, and rows of K past 64 in further blocks of the same shape.
+// A warpgroup multiplies a 64-point tile with 128 centroids by wgmma.m64n128k16 (float32
+// accumulators in registers) and keeps each row's running minimum of bias_j - alpha * y . c_j, as
+// the mma.sync kernel does. Two kernels:
+// - the slab kernel (more than 128 centroids, up to 128 dimensions): the centroids stay in shared
+//   memory, 512 at a time, while three warpgroups stream the points through;
+// - the block kernel (the rest): a block of two warpgroups takes 128 points and walks the
+//   centroids 128 at a time, double-buffered by cp.async; two blocks per SM.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -90,6 +93,18 @@ __device__ __forceinline__ void wgmma_128(float (&d)[64], uint64_t a, uint64_t b
 __device__ __forceinline__ void wgmma_fence() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+/// Waits until at most N of the warpgroup's committed groups of wgmma are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
 __device__ __forceinline__ void wgmma_commit_and_wait() {
@@ -280,6 +295,269 @@ __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
   }
 }
 
+// ---- centroids resident, points streamed ----------------------------------------------------
+
+constexpr int kSlabGroups = 3;  // warpgroups, each on its own 64-point tiles
+constexpr int kSlabThreads = kSlabGroups * kWgThreads;
+constexpr int kSlabChunks = 4;  // chunks of kWgmmaN centroids a slab holds at most
+
+/// The slab kernel's arguments: each block takes `range` points of one problem (ranges per
+/// problem: args.tiles) against the centroids, slab_rows of them at a time in shared memory.
+template <typename T>
+struct SlabArgs {
+  AssignArgs<T> a;
+  int64_t range;
+  int slab_rows;
+};
+
+/// Bytes of dynamic shared memory of the slab kernel: the slab, its biases, two stages of 64
+/// points per warpgroup, and the slack that aligns the tiles to 1024 bytes.
+inline size_t slab_smem(int k_blocks, int slab_rows) {
+  const size_t block = static_cast<size_t>(k_blocks) * 128;
+  return static_cast<size_t>(slab_rows) * (block + sizeof(float)) + kSlabGroups * 2 * 64 * block +
+         1024;
+}
+
+__device__ __forceinline__ void group_barrier(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kWgThreads) : "memory");
+}
+
+// The centroids stay in shared memory (a slab of slab_rows at a time, all of them where they fit)
+// while each warpgroup streams its 64-point tiles through two stages of its own: a tile's loads
+// run under the previous tile's products, and the three warpgroups, synchronised only per slab,
+// keep the tensor cores busy while each finds its minima. The rows' minima over earlier slabs are
+// read back from the results (write_best's merge).
+template <typename T, int kKBlocks>
+__global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T> sa) {
+  const AssignArgs<T>& args = sa.a;
+  extern __shared__ unsigned char raw_smem[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(raw_smem) + 1023) & ~static_cast<uintptr_t>(1023));
+  constexpr int block_bytes = kKBlocks * 128;
+  constexpr int pieces = kKBlocks * 8;  // 16-byte pieces of a row across K
+  constexpr int kTileBytes = 64 * block_bytes;
+  const int slab_rows = sa.slab_rows;
+  unsigned char* slab = smem;
+  unsigned char* stages = smem + static_cast<size_t>(slab_rows) * block_bytes;
+  float* slab_bias = reinterpret_cast<float*>(stages + kSlabGroups * 2 * kTileBytes);
+  const uint32_t slab_addr = smem_address(slab);
+
+  const int64_t b = blockIdx.x / args.tiles;
+  const int64_t start = (blockIdx.x % args.tiles) * sa.range;
+  const T* first;
+  int64_t len;
+  args.rows.problem(b, &first, &len);
+  const int64_t end = min(start + sa.range, len);
+  if (start >= end) return;
+  const int tid = static_cast<int>(threadIdx.x);
+  // (warp-uniform to the compiler, so that the loops it bounds are not divergent paths around the
+  // products, which would serialise them)
+  const int group = __shfl_sync(kFull, tid / kWgThreads, 0), gtid = tid % kWgThreads;
+  const int warp = gtid / kWarp, lane = tid % kWarp, quad = lane % 4;
+  unsigned char* my_stages = stages + group * 2 * kTileBytes;
+  const uint32_t my_addr = smem_address(my_stages);
+  const T* operand = args.operand + b * args.k * args.d_pad;
+  const float* bias = args.bias + b * args.k;
+  const int operand_bytes = args.d_pad * static_cast<int>(sizeof(T));
+  const int row_bytes = args.d * static_cast<int>(sizeof(T));
+  const int64_t n_tiles = (end - start + 63) / 64;  // the warpgroup takes group, group + 3, ...
+
+  // Each thread of the warpgroup moves one 16-byte piece (my_p) of every kRowStep-th row of a
+  // tile (my_r, my_r + kRowStep, ...): its source bytes, its swizzled place (row mod 8 is
+  // the same for all of them) and, where the points are centred, its 8 values of the mean are
+  // computed once.
+  constexpr int kRowStep = kWgThreads / pieces;
+  constexpr int kPasses = 64 / kRowStep;
+  static_assert(kRowStep % 8 == 0, "the swizzle's row phase is the same on every pass");
+  const int my_p = gtid % pieces, my_r = gtid / pieces;
+  const int my_bytes = max(0, min(16, row_bytes - my_p * 16));
+  const uint32_t my_place = swizzled(64, my_r, my_p);
+  const int64_t ld_bytes = args.rows.ld * static_cast<int64_t>(sizeof(T));
+  float my_mean[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    my_mean[e] = args.means != nullptr && my_p * 8 + e < args.d
+                     ? __ldg(args.means + b * args.d + my_p * 8 + e)
+                     : 0.0f;
+  }
+  // The warpgroup's tile `tile` into stage `stage`: rows past the end and values past d are zero.
+  auto load_tile = [&](int64_t tile, int stage) {
+    const int64_t row = start + tile * 64 + my_r;
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(first) + my_p * 16;
+    const uint32_t dst = my_addr + stage * kTileBytes + my_place;
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int64_t r = row + i * kRowStep;
+      const bool inside = r < end && my_bytes > 0;
+      copy16(dst + i * kRowStep * 128, inside ? src + r * ld_bytes : src, inside ? my_bytes : 0);
+    }
+  };
+
+  for (int64_t j0 = 0; j0 < args.k; j0 += slab_rows) {
+    const int rows = args.k - j0 < slab_rows ? static_cast<int>(args.k - j0) : slab_rows;
+    const int chunks = (rows + kWgmmaN - 1) / kWgmmaN;
+    __syncthreads();  // both warpgroups are done with the previous slab
+#pragma unroll 1
+    for (int idx = tid; idx < chunks * kWgmmaN * pieces; idx += kSlabThreads) {
+      const int r = idx / pieces, p = idx % pieces;
+      const int bytes = r < rows ? max(0, min(16, operand_bytes - p * 16)) : 0;
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(operand) +
+                                 (bytes > 0 ? (j0 + r) * operand_bytes + p * 16 : 0);
+      // Chunks of kWgmmaN rows, each a swizzled tile of its own.
+      copy16(slab_addr + (r / kWgmmaN) * kWgmmaN * block_bytes + swizzled(kWgmmaN, r % kWgmmaN, p),
+             src, bytes);
+    }
+    // Columns past k score +inf: never the minimum.
+    for (int c = tid; c < chunks * kWgmmaN; c += kSlabThreads)
+      slab_bias[c] = c < rows ? __ldg(bias + j0 + c) : INFINITY;
+    if (group < n_tiles) load_tile(group, 0);
+    copy_commit();
+    copy_wait<0>();
+    fence_async_shared();
+    __syncthreads();
+
+    int stage = 0;
+#pragma unroll 1
+    for (int64_t tile = group; tile < n_tiles; tile += kSlabGroups, stage ^= 1) {
+      copy_wait<0>();  // this thread's pieces of the tile have landed
+      unsigned char* a_tile = my_stages + stage * kTileBytes;
+      const int64_t row0 = start + tile * 64;
+      if (args.means != nullptr) {
+        // Centred in place, before rounding, as the block kernel does (values past d stay 0).
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          if (row0 + my_r + i * kRowStep >= end) continue;
+          uint4* at = reinterpret_cast<uint4*>(a_tile + my_place + i * kRowStep * 128);
+          uint4 w = *at;
+          T* v = reinterpret_cast<T*>(&w);
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            v[e] = from_float<T>(to_float(v[e]) - my_mean[e]);
+          *at = w;
+        }
+      }
+      if (j0 == 0 && args.point_w != nullptr) {
+        // Each row's squared length: the pieces' sums, added over the row's `pieces` lanes.
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          const uint4 w = *reinterpret_cast<const uint4*>(a_tile + my_place + i * kRowStep * 128);
+          const T* v = reinterpret_cast<const T*>(&w);
+          float sq = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float f = to_float(v[e]);
+            sq = fmaf(f, f, sq);
+          }
+#pragma unroll
+          for (int o = 1; o < pieces; o <<= 1)
+            sq += __shfl_xor_sync(kFull, sq, o);
+          const int64_t r = row0 + my_r + i * kRowStep;
+          if (my_p == 0 && r < end) {
+            args.point_w[b * args.rows.n + r] =
+                args.cosine ? (sq > 0.0f ? 1.0f / sqrtf(sq) : 0.0f) : sq;
+          }
+        }
+      }
+      fence_async_shared();
+      // The tile is whole, and the warpgroup is done with the stage the next tile goes to.
+      group_barrier(1 + group);
+      if (tile + kSlabGroups < n_tiles) load_tile(tile + kSlabGroups, stage ^ 1);
+      copy_commit();
+
+      const uint32_t a_addr = smem_address(a_tile);
+      float best[2] = {INFINITY, INFINITY};
+      int best_j[2] = {INT32_MAX, INT32_MAX};
+      // The products of `chunk` into acc, issued and committed (not waited for).
+      auto issue = [&](float(&acc)[64], int chunk) {
+        const uint32_t b_chunk = slab_addr + chunk * kWgmmaN * block_bytes;
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < kKBlocks * 4; ++s) {
+          const uint32_t a_at = a_addr + (s >> 2) * 64 * 128 + (s & 3) * 32;
+          const uint32_t b_at = b_chunk + (s >> 2) * kWgmmaN * 128 + (s & 3) * 32;
+          wgmma_128<T>(acc, descriptor(a_at), descriptor(b_at), s > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+      };
+      // Each row's running minimum and its first column (columns in increasing order, so a tie
+      // keeps the lower index), by selects alone: a branch on a lane's improvement is taken by
+      // nearly every warp anyway. Lane l holds columns 8 j + 2 (l % 4) + e of rows l / 4 (h = 0)
+      // and l / 4 + 8 (h = 1) of its warp's 16; each (h, e) is a chain of its own.
+      auto arg_min = [&](const float(&acc)[64], int chunk) {
+        const float* bj = slab_bias + chunk * kWgmmaN + 2 * quad;
+        float low[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
+        int at[2][2] = {{0, 0}, {0, 0}};
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const float2 bv = *reinterpret_cast<const float2*>(bj + 8 * j);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float v0 = fmaf(-args.alpha, acc[4 * j + 2 * h], bv.x);
+            const float v1 = fmaf(-args.alpha, acc[4 * j + 2 * h + 1], bv.y);
+            // The minimum by fminf (NaN never wins); the column's select hangs off it.
+            at[h][0] = v0 < low[h][0] ? j : at[h][0];
+            low[h][0] = fminf(low[h][0], v0);
+            at[h][1] = v1 < low[h][1] ? j : at[h][1];
+            low[h][1] = fminf(low[h][1], v1);
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int col0 = 8 * at[h][0] + 2 * quad, col1 = 8 * at[h][1] + 2 * quad + 1;
+          const bool odd = low[h][1] < low[h][0] || (low[h][1] == low[h][0] && col1 < col0);
+          const float lowest = odd ? low[h][1] : low[h][0];
+          const int col = static_cast<int>(j0) + chunk * kWgmmaN + (odd ? col1 : col0);
+          const bool better = lowest < best[h];
+          best_j[h] = better ? col : best_j[h];
+          best[h] = better ? lowest : best[h];
+        }
+      };
+      // The chunks of a slab are a compile-time count: the straight-line code lets the compiler
+      // start a chunk's products before the arg-min of the chunk before has drained.
+      auto products = [&](auto count) {
+        float acc[64];
+#pragma unroll
+        for (int c = 0; c < decltype(count)::value; ++c) {
+          issue(acc, c);
+          wgmma_wait<0>();
+          hold(acc);
+          arg_min(acc, c);
+        }
+      };
+      if constexpr (kKBlocks == 1) {
+        // (Unrolled as for wider rows, this one spills.)
+        float acc[64];
+#pragma unroll 1
+        for (int c = 0; c < chunks; ++c) {
+          issue(acc, c);
+          wgmma_wait<0>();
+          hold(acc);
+          arg_min(acc, c);
+        }
+      } else {
+        switch (chunks) {
+          case 4:
+            products(std::integral_constant<int, 4>());
+            break;
+          case 3:
+            products(std::integral_constant<int, 3>());
+            break;
+          case 2:
+            products(std::integral_constant<int, 2>());
+            break;
+          default:
+            products(std::integral_constant<int, 1>());
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        write_best(args, b, row0 + warp * 16 + h * 8 + lane / 4, end, best[h], best_j[h], quad == 0,
+                   j0 > 0);
+      }
+    }
+  }
+}
+
 /// Whether the wgmma kernel of T runs on the current device (image_loads, asked once per
 /// device); CUDAOPS_KMEANS_WGMMA=0 turns it off.
 template <typename T>
@@ -292,6 +570,44 @@ bool wgmma_runs() {
   return enabled &&
          image_loads(kOp, reinterpret_cast<const void*>(assign_wgmma_kernel<T, 1>), &loads).ok() &&
          loads;
+}
+
+/// Centroids the slab kernel holds at once for rows of k_blocks 128-byte blocks: at most
+/// kSlabChunks chunks and what the device's shared memory takes (0: not one chunk).
+inline Status slab_rows_for(int64_t k, int k_blocks, int* rows) {
+  int device = 0, most = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+    return cuda_status(e, kOp, "asking for the current device");
+  }
+  if (cudaError_t e =
+          cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      e != cudaSuccess) {
+    return cuda_status(e, kOp, "asking for the shared memory of a block");
+  }
+  const int64_t fixed = static_cast<int64_t>(slab_smem(k_blocks, 0));
+  const int64_t fit = (most - fixed) / (k_blocks * 128 + 4) / kWgmmaN * kWgmmaN;
+  const int64_t want = (k + kWgmmaN - 1) / kWgmmaN * kWgmmaN;
+  *rows =
+      static_cast<int>(std::max<int64_t>(std::min({fit, want, int64_t{kSlabChunks} * kWgmmaN}), 0));
+  return Status();
+}
+
+template <typename T, int kKBlocks>
+Status launch_slabs(const Call& call, int slab_rows, cudaStream_t stream, bool* launched_here) {
+  // Ranges of at most 32 tiles of 128 points, and enough of them (about two per SM of a large
+  // device) that small batches still fill the device.
+  const int64_t batch = call.points.batch;
+  const int64_t tiles = std::max<int64_t>((call.points.n + 127) / 128, 1);
+  const int64_t pieces =
+      std::max((tiles + 31) / 32, std::min<int64_t>((264 + batch - 1) / batch, tiles));
+  const int64_t range = 128 * ((tiles + pieces - 1) / pieces);
+  const SlabArgs<T> args{assign_args<T>(call, range), range, slab_rows};
+  const auto kernel = assign_slab_kernel<T, kKBlocks>;
+  const size_t smem = slab_smem(kKBlocks, slab_rows);
+  if (Status s = allow_smem(kernel, smem); !s.ok()) return s;
+  kernel<<<static_cast<unsigned>(batch * args.a.tiles), kSlabThreads, smem, stream>>>(args);
+  *launched_here = true;
+  return launched(stream);
 }
 
 template <typename T, int kKBlocks>
@@ -313,6 +629,15 @@ Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched
   if (call.points.d > kWgmmaMaxDims || !wgmma_runs<T>()) return Status();
   const int k_blocks = static_cast<int>((call.points.d + kAtomValues - 1) / kAtomValues);
   const AssignArgs<T> args = assign_args<T>(call, kWgmmaRows);
+  // More centroids than one chunk, 128 dimensions or fewer: the slab kernel.
+  if (k_blocks <= 2 && call.k > kWgmmaN) {
+    int slab_rows = 0;
+    if (Status s = slab_rows_for(call.k, k_blocks, &slab_rows); !s.ok()) return s;
+    if (slab_rows > 0) {
+      return k_blocks == 1 ? launch_slabs<T, 1>(call, slab_rows, stream, launched_here)
+                           : launch_slabs<T, 2>(call, slab_rows, stream, launched_here);
+    }
+  }
   switch (k_blocks) {
     case 1:
       return launch_blocks<T, 1>(args, call.points.batch, stream, launched_here);

@@ -106,9 +106,12 @@ struct AssignArgs {
 
 /// The end of an assignment kernel: the four lanes of a row (lane % 4) hold the minima of its
 /// columns interleaved; the smallest (lower index on a tie) is written by the lane that `writes`.
+/// With `merge`, the row's label and score are those of earlier columns, kept unless beaten
+/// (a NaN score: none found yet).
 template <typename T>
 __device__ __forceinline__ void write_best(const AssignArgs<T>& args, int64_t b, int64_t i,
-                                           int64_t len, float v, int j, bool writes) {
+                                           int64_t len, float v, int j, bool writes,
+                                           bool merge = false) {
 #pragma unroll
   for (int o = 1; o < 4; o <<= 1) {
     const float ov = __shfl_xor_sync(kFull, v, o);
@@ -119,6 +122,10 @@ __device__ __forceinline__ void write_best(const AssignArgs<T>& args, int64_t b,
     }
   }
   if (writes && i < len) {
+    if (merge) {
+      const float before = args.scores[b * args.rows.n + i];
+      if (j == INT32_MAX || !(v < before || before != before)) return;
+    }
     args.labels[b * args.rows.n + i] = j == INT32_MAX ? 0 : j;
     args.scores[b * args.rows.n + i] = j == INT32_MAX ? NAN : v;
   }

@@ -376,9 +376,12 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
   }
   if (Status s = launched(stream); !s.ok()) return s;
 
+  // The points' weights do not change: the first assignment writes them, the others reuse them.
+  Call again = call;
+  again.point_w = nullptr;
   for (int iter = 0; iter < params.n_iters; ++iter) {
     if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
-    if (Status s = launch_assign<T>(call, stream); !s.ok()) return s;
+    if (Status s = launch_assign<T>(iter == 0 ? call : again, stream); !s.ok()) return s;
     if (Status s = launch_update<T>(call, stream); !s.ok()) return s;
     if (params.empty == KmeansEmpty::kFarthest) {
       reseed_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(
@@ -388,9 +391,7 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
     }
   }
   if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
-  Call last = call;  // the last assignment re-seeds nothing: no weights
-  last.point_w = nullptr;
-  if (Status s = launch_assign<T>(last, stream); !s.ok()) return s;
+  if (Status s = launch_assign<T>(again, stream); !s.ok()) return s;
   if (Status s = launch_finish<T, float>(call, call.centroids, result.labels, nullptr, result.sizes,
                                          result.objective, stream);
       !s.ok())
