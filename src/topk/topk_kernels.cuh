@@ -265,16 +265,31 @@ __global__ void __launch_bounds__(kThreads, 2 * kValueTile / (kThreads * kKeys))
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     if (t + j * kThreads < vectors) {
+      if (head % 4 == 0) {
+        // 16-byte stores: a lane's V keys are consecutive columns (scalar stores V words apart
+        // conflict V ways).
+        uint4* to = reinterpret_cast<uint4*>(tile_keys + column_of(j, 0));
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        tile_keys[column_of(j, e)] = key[j * V + e];
-        atomicAdd(&s.hist[key[j * V + e] >> 21], 1u);
+        for (int q = 0; q < V / 4; ++q) {
+          to[q] = make_uint4(key[j * V + 4 * q], key[j * V + 4 * q + 1], key[j * V + 4 * q + 2],
+                             key[j * V + 4 * q + 3]);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+          tile_keys[column_of(j, e)] = key[j * V + e];
       }
+#pragma unroll
+      for (int e = 0; e < V; ++e)
+        atomicAdd(&s.hist[key[j * V + e] >> 21], 1u);
     }
   }
   __syncthreads();
   Threshold th{0u, 32, static_cast<uint32_t>(k_tile)};  // take all
-  if (k_tile < span) th = select_threshold(tile_keys, len, static_cast<uint32_t>(k_tile), s, c);
+  if (k_tile < span) {
+    th = select_threshold<kThreads, kKeyFloor<T>>(tile_keys, len, static_cast<uint32_t>(k_tile), s,
+                                                  c);
+  }
   if constexpr (kFinal) {
     uint64_t* best = reinterpret_cast<uint64_t*>(tile_keys + ((a.tile + 3) & ~3));
     uint64_t* dst = c.many() ? cluster_peer(best, 0) : best;

@@ -167,8 +167,9 @@ __device__ void find_bin(SelectShared<kThreads>& s, uint32_t k_rem, const RowClu
 
 // The radix selection of the k largest of keys[0, n), given the histogram of their top 11 bits
 // in s.hist (already complete and visible to the block). With a cluster, of the k largest of
-// all its blocks' keys.
-template <int kThreads>
+// all its blocks' keys. Keys whose kFloor low bits are constant (16-bit types: 13 or 16) are
+// whole after the second pass: the third, over bits no key sets differently, is skipped.
+template <int kThreads, int kFloor>
 __device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k,
                                       SelectShared<kThreads>& s, const RowCluster& c) {
   uint32_t k_rem = k;
@@ -206,7 +207,7 @@ __device__ Threshold select_threshold(const uint32_t* keys, int n, uint32_t k,
     }
     prefix = (prefix << bits) | s.bin;
     k_rem -= s.above;
-    if (s.count == k_rem || pass == 2) return {prefix, shift, k_rem};
+    if (s.count == k_rem || pass == 2 || kFloor >= shift) return {prefix, shift, k_rem};
   }
   return {prefix, 0, k_rem};  // not reached
 }
