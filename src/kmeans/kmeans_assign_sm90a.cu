@@ -396,7 +396,7 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   for (int64_t j0 = 0; j0 < args.k; j0 += slab_rows) {
     const int rows = args.k - j0 < slab_rows ? static_cast<int>(args.k - j0) : slab_rows;
     const int chunks = (rows + kWgmmaN - 1) / kWgmmaN;
-    __syncthreads();  // both warpgroups are done with the previous slab
+    __syncthreads();  // every warpgroup is done with the previous slab
 #pragma unroll 1
     for (int idx = tid; idx < chunks * kWgmmaN * pieces; idx += kSlabThreads) {
       const int r = idx / pieces, p = idx % pieces;
