@@ -107,12 +107,6 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit_and_wait() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
 /// Orders this thread's shared-memory writes (cp.async and ordinary stores) before the tensor
 /// cores' reads that follow the next barrier.
 __device__ __forceinline__ void fence_async_shared() {
@@ -125,6 +119,20 @@ __device__ __forceinline__ void hold(float (&d)[64]) {
 #pragma unroll
   for (int i = 0; i < 64; ++i)
     asm volatile("" : "+f"(d[i]));
+}
+
+/// acc = a . b^T for a warpgroup's 64 rows at `a` (in a swizzled tile of a_rows rows) and kWgmmaN
+/// centroids at `b`, over kKBlocks blocks of 64 values of K; issued, not committed.
+template <typename T, int kKBlocks>
+__device__ __forceinline__ void multiply_chunk(float (&acc)[64], uint32_t a, int a_rows,
+                                               uint32_t b) {
+  wgmma_fence();
+#pragma unroll
+  for (int s = 0; s < kKBlocks * 4; ++s) {
+    const uint32_t a_at = a + (s >> 2) * a_rows * 128 + (s & 3) * 32;
+    const uint32_t b_at = b + (s >> 2) * kWgmmaN * 128 + (s & 3) * 32;
+    wgmma_128<T>(acc, descriptor(a_at), descriptor(b_at), s > 0 ? 1 : 0);
+  }
 }
 
 // Two blocks per SM where their shared memory fits (K up to 128), one otherwise.
@@ -243,14 +251,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
 #pragma unroll
     for (int i = 0; i < 64; ++i)
       acc[i] = 0.0f;
-    wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < kKBlocks * 4; ++s) {
-      const uint32_t a_at = a_group + (s >> 2) * kWgmmaRows * 128 + (s & 3) * 32;
-      const uint32_t b_at = b_stage + (s >> 2) * kWgmmaN * 128 + (s & 3) * 32;
-      wgmma_128<T>(acc, descriptor(a_at), descriptor(b_at), s > 0 ? 1 : 0);
-    }
-    wgmma_commit_and_wait();
+    multiply_chunk<T, kKBlocks>(acc, a_group, kWgmmaRows, b_stage);
+    wgmma_commit();
+    wgmma_wait<0>();
     hold(acc);
     // Each row's running minimum: first the chunk's smallest score of the row, then, only where
     // it beats the running one, the first column that has it (columns in increasing order, so a
@@ -469,14 +472,7 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
       int best_j[2] = {INT32_MAX, INT32_MAX};
       // The products of `chunk` into acc, issued and committed (not waited for).
       auto issue = [&](float(&acc)[64], int chunk) {
-        const uint32_t b_chunk = slab_addr + chunk * kWgmmaN * block_bytes;
-        wgmma_fence();
-#pragma unroll
-        for (int s = 0; s < kKBlocks * 4; ++s) {
-          const uint32_t a_at = a_addr + (s >> 2) * 64 * 128 + (s & 3) * 32;
-          const uint32_t b_at = b_chunk + (s >> 2) * kWgmmaN * 128 + (s & 3) * 32;
-          wgmma_128<T>(acc, descriptor(a_at), descriptor(b_at), s > 0 ? 1 : 0);
-        }
+        multiply_chunk<T, kKBlocks>(acc, a_addr, 64, slab_addr + chunk * kWgmmaN * block_bytes);
         wgmma_commit();
       };
       // Each row's running minimum and its first column (columns in increasing order, so a tie
