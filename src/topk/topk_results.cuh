@@ -64,6 +64,17 @@ __device__ void merge_sort(uint64_t* buf, int count) {
   __syncthreads();
 }
 
+// Any placement of the items on the threads sorts. Neighbouring items were often written by
+// neighbouring threads from neighbouring columns: tied 16-bit keys then fall in one bucket, or
+// in buckets a multiple of 32 apart, for a whole warp. Each full 1024 items are therefore read
+// transposed (a warp takes every 32nd), with the low bits swizzled so that the 8-byte loads
+// stay two wavefronts.
+__device__ __forceinline__ int spread_index(int i, int count) {
+  if ((i | 1023) >= count) return i;
+  const int lane = i & 31;
+  return (i & ~1023) | (lane << 5) | (((i >> 5) ^ lane) & 31);
+}
+
 // A counting sort of buf[0, count) (at most kItems per thread) by buckets of the primary word
 // (item_primary<kFloor>, or kByColumn the low word), then by comparison inside each bucket: a few
 // barriers and no merge rounds. The buckets are 4 * kThreads equal ranges of the block's span of
@@ -87,7 +98,7 @@ __device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s,
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
     const int i = j * kThreads + t;
-    item[j] = i < count ? buf[i] : 0u;
+    item[j] = i < count ? buf[spread_index(i, count)] : 0u;
     if (i < count) {
       high = max(high, primary(item[j]));
       low = min(low, primary(item[j]));
