@@ -60,6 +60,10 @@ SPILL_ALLOWED = [
      "chunk state, at its cap of 128 registers (512 threads); 68 to 124 bytes go to local "
      "memory (the 16-bit types' bucket sort of primary words the most), which stays in L1, "
      "once per block"),
+    (r"small_fit_kernel<",
+     "512 threads (16 warps, to hide the latencies of the sums) cap it at 128 registers, which "
+     "the products' accumulators and the arg-min take; 4 to 12 bytes of values set before the "
+     "iterations go to local memory, read once per iteration"),
     (r"layer_norm_pipelined<__nv_bfloat16>",
      "1024 threads cap it at 64 registers, holding the row and the weight; 8 bytes of loop state "
      "stay in local memory (L1)"),

@@ -21,6 +21,7 @@
 // L2: bias |c|^2, alpha 2; cosine: bias 0, alpha 1), which orders the centroids as the distance
 // does.
 #include "kmeans/kmeans_random.h"
+#include "kmeans/kmeans_small.cuh"
 #include "kmeans/kmeans_update.cuh"
 
 namespace cudaops::detail::kmeans {
@@ -379,7 +380,18 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
   // The points' weights do not change: the first assignment writes them, the others reuse them.
   Call again = call;
   again.point_w = nullptr;
-  for (int iter = 0; iter < params.n_iters; ++iter) {
+  // Small problems run every iteration in one launch (kmeans_small.cuh).
+  int small_blocks = 0;
+  size_t small_smem = 0;
+  if (params.empty == KmeansEmpty::kKeep && params.n_iters > 0) {
+    if (Status s = plan_small_fit<T>(call, &small_blocks, &small_smem); !s.ok()) return s;
+  }
+  if (small_blocks > 0) {
+    if (Status s = launch_small_fit<T>(call, params.n_iters, small_blocks, small_smem, stream);
+        !s.ok())
+      return s;
+  }
+  for (int iter = 0; small_blocks == 0 && iter < params.n_iters; ++iter) {
     if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
     if (Status s = launch_assign<T>(iter == 0 ? call : again, stream); !s.ok()) return s;
     if (Status s = launch_update<T>(call, stream); !s.ok()) return s;

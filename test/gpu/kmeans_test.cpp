@@ -456,7 +456,8 @@ std::vector<Case> Cases() {
   };
   const Shape shapes[] = {{1, 1, 1, 1},      {3, 7, 3, 2},        {2, 199, 64, 5},
                           {5, 257, 96, 65},  {1, 1000, 128, 130}, {4, 300, 200, 17},
-                          {2, 513, 256, 64}, {2, 700, 128, 300},  {1, 1300, 128, 600}};
+                          {2, 513, 256, 64}, {2, 700, 128, 300},  {1, 1300, 128, 600},
+                          {3, 2048, 64, 256}, {2, 2049, 32, 20}};
   for (DType dtype : kDtypes) {
     for (const Shape& s : shapes) {
       for (KmeansMetric metric : {KmeansMetric::kL2, KmeansMetric::kCosine}) {
@@ -521,6 +522,17 @@ std::vector<Case> Cases() {
     var.init = KmeansInit::kStrided;
     var.means = GivenMeans(var.batch, var.d);
     cases.push_back(var);
+    // An extension of the IVF index: 1024 tokens of a head into 64 clusters, spherical, the
+    // head's mean given.
+    Case extend;
+    extend.dtype = dtype;
+    extend.metric = KmeansMetric::kCosine;
+    extend.batch = 6;
+    extend.n = 1024;
+    extend.d = 128;
+    extend.k = 64;
+    extend.means = GivenMeans(extend.batch, extend.d);
+    cases.push_back(extend);
     Case strided;
     strided.dtype = dtype;
     strided.batch = 4;
@@ -539,15 +551,20 @@ INSTANTIATE_TEST_SUITE_P(All, KmeansCases, ::testing::ValuesIn(Cases()));
 // The same call twice, on a non-default stream and under graph capture: the same bits.
 TEST(Kmeans, RepeatableOnAnyStreamAndInAGraph) {
   if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
-  for (DType dtype : kDtypes) {
+  // The second shape's iterations run in one launch (three blocks a problem) for 16-bit points.
+  for (const auto& [dtype, n, k] : {std::tuple{DType::kFloat32, 2000, 100},
+                                    std::tuple{DType::kFloat16, 2000, 100},
+                                    std::tuple{DType::kBFloat16, 2000, 100},
+                                    std::tuple{DType::kFloat16, 1500, 48},
+                                    std::tuple{DType::kBFloat16, 1500, 48}}) {
     Case c;
     c.dtype = dtype;
     c.metric = KmeansMetric::kCosine;
     c.center = true;
     c.batch = 6;
-    c.n = 2000;
+    c.n = n;
     c.d = 128;
-    c.k = 100;
+    c.k = k;
     c.iters = 4;
     const ref::KmeansLayout layout = LayoutOf(c);
     const HostArray x = MixturePoints(dtype, layout, RowsOf(layout), 40, 5);

@@ -1,0 +1,521 @@
+#pragma once
+
+// Batched k-means of small problems (at most kSmallMaxBlocks * kSmallRows points, kSmallMaxK
+// clusters): every iteration in one launch. A problem is a thread-block cluster of up to
+// kSmallMaxBlocks blocks, each holding kSmallRows of its points in shared memory for the whole
+// fit, as given, and every centroid's operand and bias. With means, the points are not centred:
+// y . c = x . c - mean . c, and the second term goes into the centroid's bias. x is exact in T
+// and its products with the rounded centroid exact in float32, so only the float32 sums round:
+// as precise as rounding y to T while |mean| is within some tens of |y|. An iteration:
+//   1. each warp assigns its 32 points against all centroids (mma.sync);
+//   2. each block groups its points by label, in row order (match.any within 32 rows, counts per
+//      32 rows and cluster, a scan), and adds each cluster's points in that order (a warp per
+//      cluster, from shared memory);
+//   3. block r owns clusters [r * owned, (r + 1) * owned): it adds the blocks' sums of each in
+//      rank order (read through the cluster), writes the new centroid and its operand and bias
+//      into every block.
+// The same order of additions every run, so the same bits; two cluster barriers per iteration;
+// the points are read from memory once.
+#include <cub/block/block_scan.cuh>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/cluster.cuh"
+#include "core/launch_config.h"
+#include "kmeans/kmeans_mma.cuh"
+
+namespace cudaops::detail::kmeans {
+namespace {
+
+constexpr int kSmallWarps = 16;
+constexpr int kSmallThreads = kSmallWarps * kWarp;
+constexpr int kSmallTiles = kSmallWarps;      // 32-row tiles per block, one per warp
+constexpr int kSmallRows = kSmallTiles * 32;  // points per block
+constexpr int kSmallMaxBlocks = 4;            // blocks per problem
+constexpr int kSmallMaxK = kSmallThreads;     // the grouping scans one cluster per thread
+
+/// Where each array of small_fit_kernel lies in its dynamic shared memory (bytes, 16-aligned).
+struct SmallLayout {
+  int row_bytes = 0;  // a row of the points and of the operand (smem_row_bytes)
+  int k_pad = 0;      // centroids rounded up to whole chunks
+  int owned = 0;      // clusters per block
+  int x = 0, operand = 0, sums = 0, mu = 0, bias = 0, w = 0, label = 0, perm = 0, tile_count = 0,
+      count = 0, start = 0, bytes = 0;
+};
+
+__host__ __device__ inline int small_align(int bytes) {
+  return (bytes + 15) / 16 * 16;
+}
+
+__host__ __device__ inline SmallLayout small_layout(int k, int d_pad, int element, int blocks) {
+  SmallLayout l;
+  l.row_bytes = smem_row_bytes(d_pad, element);
+  l.k_pad = (k + kChunk - 1) / kChunk * kChunk;
+  l.owned = (k + blocks - 1) / blocks;
+  int at = 0;
+  auto take = [&at](int bytes) {
+    const int here = at;
+    at += small_align(bytes);
+    return here;
+  };
+  l.x = take(kSmallRows * l.row_bytes);
+  l.operand = take(l.k_pad * l.row_bytes);
+  l.sums = take(k * d_pad * 4);
+  l.mu = take(d_pad * 4);
+  l.bias = take(l.k_pad * 4);
+  l.w = take(kSmallRows * 4);
+  l.label = take(kSmallRows * 4);
+  l.perm = take(kSmallRows * 4);
+  l.tile_count = take(kSmallTiles * k * 4);
+  l.count = take(k * 4);
+  l.start = take(k * 4);
+  l.bytes = at;
+  return l;
+}
+
+template <typename T>
+struct SmallArgs {
+  Rows<T> rows;
+  int k;
+  int d;
+  int d_pad;
+  int blocks;  // per problem: the cluster's size
+  int n_iters;
+  float alpha;
+  bool cosine;
+  const float* means;  // [batch, d] or null (16-bit T only: folded into the bias)
+  float* centroids;    // [batch, k, d] float32: the initial ones in, the fitted ones out
+  SmallLayout l;       // (kernel parameters: no registers held for the offsets)
+};
+
+/// A piece of 16 bytes of T as floats, and back (the operand's rounding).
+template <typename T>
+__device__ __forceinline__ void piece_to_floats(const uint4& raw, float (&f)[kPieceValues<T>]) {
+  const T* t = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int e = 0; e < kPieceValues<T>; ++e)
+    f[e] = to_float(t[e]);
+}
+
+// 128 registers a thread: the products' accumulators fit, and 16 warps hide the latencies of
+// the sums and the grouping. kL lanes read a row, a 16-byte piece each (kL pieces cover d_pad).
+template <typename T, int kL>
+__global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T> a) {
+  constexpr int kV = kPieceValues<T>;  // values per piece
+  constexpr int kR = kWarp / kL;       // rows a warp reads at once
+  constexpr int kU = 2;                // of which each lane loads this many before adding any
+  extern __shared__ __align__(16) unsigned char smem[];
+  const SmallLayout& l = a.l;
+  unsigned char* x_tile = smem + l.x;
+  unsigned char* operand = smem + l.operand;
+  float* sums = reinterpret_cast<float*>(smem + l.sums);  // [k][d_pad]
+  float* mu = reinterpret_cast<float*>(smem + l.mu);
+  float* bias = reinterpret_cast<float*>(smem + l.bias);
+  float* w = reinterpret_cast<float*>(smem + l.w);
+  int* label = reinterpret_cast<int*>(smem + l.label);
+  int* perm = reinterpret_cast<int*>(smem + l.perm);
+  int* tile_count = reinterpret_cast<int*>(smem + l.tile_count);  // [kSmallWarps][k]
+  int* count = reinterpret_cast<int*>(smem + l.count);
+  int* start = reinterpret_cast<int*>(smem + l.start);
+
+  const int rank = static_cast<int>(blockIdx.x % a.blocks);
+  const int64_t b = blockIdx.x / a.blocks;
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int sub = lane / kL, part = lane % kL;
+  const int pieces = a.d_pad * static_cast<int>(sizeof(T)) / 16;  // of a row, <= kL
+  const T* first;
+  int64_t len;
+  a.rows.problem(b, &first, &len);
+  const int64_t row0 = static_cast<int64_t>(rank) * kSmallRows;
+  const int rows_here = static_cast<int>(max(min(len - row0, int64_t{kSmallRows}), int64_t{0}));
+  // Peers' shared memory (a block alone reads its own).
+  auto peer = [&](auto* p, int r) { return a.blocks > 1 ? cluster_peer(p, r) : p; };
+  auto sync_all = [&] {
+    if (a.blocks > 1) {
+      cluster_sync();
+    } else {
+      __syncthreads();
+    }
+  };
+
+  // The block's points: rows past the problem's end and values past d are zero.
+  const int row_valid_bytes = a.d * static_cast<int>(sizeof(T));
+  for (int idx = tid; idx < kSmallRows * pieces; idx += kSmallThreads) {
+    const int r = idx / pieces, q = idx % pieces;
+    const int bytes = r < rows_here ? max(0, min(16, row_valid_bytes - q * 16)) : 0;
+    const unsigned char* src =
+        reinterpret_cast<const unsigned char*>(bytes > 0 ? first + (row0 + r) * a.rows.ld : first);
+    copy16(x_tile + r * l.row_bytes + q * 16, src + (bytes > 0 ? q * 16 : 0), bytes);
+  }
+  copy_commit();
+  for (int e = tid; e < a.d_pad; e += kSmallThreads)
+    mu[e] = a.means != nullptr && e < a.d ? __ldg(a.means + b * a.d + e) : 0.0f;
+  // Operand rows past k are zero, their bias infinite: they never win.
+  for (int idx = tid; idx < (l.k_pad - a.k) * (l.row_bytes / 4); idx += kSmallThreads)
+    reinterpret_cast<uint32_t*>(operand + a.k * l.row_bytes)[idx] = 0u;
+  for (int j = a.k + tid; j < l.k_pad; j += kSmallThreads)
+    bias[j] = INFINITY;
+  copy_wait<0>();
+  __syncthreads();
+  // The mean's values of the lane's piece (read where used: kept in registers through the
+  // products, they spill).
+  auto piece_mean = [&](float(&m)[kV]) {
+#pragma unroll
+    for (int e = 0; e < kV; ++e)
+      m[e] = part < pieces ? mu[part * kV + e] : 0.0f;
+  };
+  // Each point's weight in the sums: cosine 1 / |x - mean| (0 for a zero row), L2 1.
+  if (a.cosine) {
+    float m[kV];
+    piece_mean(m);
+    for (int r0 = warp * kR; r0 < rows_here; r0 += kSmallWarps * kR) {
+      const int r = r0 + sub;
+      float s = 0.0f;
+      if (r < rows_here && part < pieces) {
+        float f[kV];
+        piece_to_floats<T>(*reinterpret_cast<const uint4*>(x_tile + r * l.row_bytes + part * 16),
+                           f);
+#pragma unroll
+        for (int e = 0; e < kV; ++e)
+          s = fmaf(f[e] - m[e], f[e] - m[e], s);
+      }
+#pragma unroll
+      for (int o = kL / 2; o > 0; o >>= 1)
+        s += __shfl_xor_sync(kFull, s, o);
+      if (r < rows_here && part == 0) w[r] = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
+    }
+  } else {
+    for (int r = tid; r < kSmallRows; r += kSmallThreads)
+      w[r] = 1.0f;
+  }
+
+  // Cluster c's new float32 centroid, float4 i of it (i < d_pad / 4) in v[q] for i = lane + 32 q:
+  // written to the result (values below d), and published to every block: its operand row
+  // (zeros past d) and bias, of the rounded values: L2 |c|^2, cosine 0, plus alpha * mean . c.
+  constexpr int kF = (kV * kL / 4 + kWarp - 1) / kWarp;  // float4s of a row per lane, at most
+  const int f4 = a.d_pad / 4;
+  auto publish = [&](int c, const float4(&v)[kF], bool write) {
+    float norm = 0.0f, shift = 0.0f;
+    float* to = a.centroids + (b * a.k + c) * a.d;
+#pragma unroll
+    for (int q = 0; q < kF; ++q) {
+      const int i = lane + q * kWarp;
+      if (i >= f4) continue;
+      const float in[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
+      const float4 m = *reinterpret_cast<const float4*>(mu + 4 * i);
+      const float mm[4] = {m.x, m.y, m.z, m.w};
+      T r[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool inside = 4 * i + e < a.d;
+        if (write && inside) to[4 * i + e] = in[e];
+        r[e] = operand_value<T>(inside ? in[e] : 0.0f);
+        const float f = to_float(r[e]);
+        norm = fmaf(f, f, norm);
+        shift = fmaf(mm[e], f, shift);
+      }
+      for (int rb = 0; rb < a.blocks; ++rb) {
+        T* dst = peer(reinterpret_cast<T*>(operand + c * l.row_bytes), rb) + 4 * i;
+        if constexpr (sizeof(T) == 4) {
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(r);
+        } else {
+          *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(r);
+        }
+      }
+    }
+    norm = warp_sum(norm);
+    shift = warp_sum(shift);
+    if (lane < a.blocks) *peer(bias + c, lane) = (a.cosine ? 0.0f : norm) + a.alpha * shift;
+  };
+  const int own_first = rank * l.owned;
+  const int own_end = min(a.k, own_first + l.owned);
+  sync_all();  // every block of the cluster runs before any writes to its shared memory
+  for (int c = own_first + warp; c < own_end; c += kSmallWarps) {
+    const float* from = a.centroids + (b * a.k + c) * a.d;
+    float4 v[kF];
+#pragma unroll
+    for (int q = 0; q < kF; ++q) {
+      const int i = lane + q * kWarp;
+      float in[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        in[e] = i < f4 && 4 * i + e < a.d ? from[4 * i + e] : 0.0f;
+      v[q] = make_float4(in[0], in[1], in[2], in[3]);
+    }
+    publish(c, v, false);
+  }
+  sync_all();  // every block has every operand row
+
+  const int g = lane / 4, t = lane % 4;
+  const int b_row = (lane % 8) + 8 * (lane / 16);
+  const int b_half = ((lane / 8) % 2) * 16;
+  const int steps = a.d_pad * static_cast<int>(sizeof(T)) / 32;
+  for (int iter = 0; iter < a.n_iters; ++iter) {
+    // 1. The warp's 32 points against every centroid.
+    for (int idx = tid; idx < kSmallWarps * a.k; idx += kSmallThreads)
+      tile_count[idx] = 0;
+    if (warp * 32 < rows_here) {
+      const unsigned char* a_base =
+          x_tile + (warp * 32 + (lane % 16)) * l.row_bytes + (lane / 16) * 16;
+      float best[2][2];
+      int best_j[2][2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          best[m][h] = INFINITY;
+          best_j[m][h] = INT32_MAX;
+        }
+      }
+      for (int j0 = 0; j0 < l.k_pad; j0 += kChunk) {
+        float acc[2][8][4];
+        warp_products<T>(acc, a_base, operand + (j0 + b_row) * l.row_bytes + b_half, l.row_bytes,
+                         steps);
+        chunk_minimum(
+            acc, [&](int c) { return bias[j0 + c]; }, a.alpha, t, j0, best, best_j);
+      }
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float v = best[m][h];
+          int j = best_j[m][h];
+#pragma unroll
+          for (int o = 1; o < 4; o <<= 1) {
+            const float ov = __shfl_xor_sync(kFull, v, o);
+            const int oj = __shfl_xor_sync(kFull, j, o);
+            if (ov < v || (ov == v && oj < j)) {
+              v = ov;
+              j = oj;
+            }
+          }
+          // No score at all (NaN rows) takes label 0, as the assignment does.
+          if (t == 0) label[warp * 32 + m * 16 + h * 8 + g] = j == INT32_MAX ? 0 : j;
+        }
+      }
+    }
+    __syncthreads();
+    // 2. The block's points grouped by label, in row order: each point's place among its
+    // cluster's points of the warps before its own and in its own.
+    const int i = warp * 32 + lane;
+    const int mine = i < rows_here ? label[i] : -1;
+    const unsigned same = __match_any_sync(kFull, mine);
+    const int before_in_tile = __popc(same & ((1u << lane) - 1u));
+    if (mine >= 0 && before_in_tile == 0) tile_count[warp * a.k + mine] = __popc(same);
+    __syncthreads();
+    int total = 0;
+    if (tid < a.k) {
+      for (int v = 0; v < kSmallWarps; ++v) {
+        const int here = tile_count[v * a.k + tid];
+        tile_count[v * a.k + tid] = total;
+        total += here;
+      }
+      count[tid] = total;
+    }
+    int first_place = 0;
+    {
+      using Scan = cub::BlockScan<int, kSmallThreads>;
+      __shared__ typename Scan::TempStorage scan;
+      Scan(scan).ExclusiveSum(total, first_place);
+    }
+    if (tid < a.k) start[tid] = first_place;
+    __syncthreads();
+    if (mine >= 0) perm[start[mine] + tile_count[warp * a.k + mine] + before_in_tile] = i;
+    __syncthreads();
+    // Each cluster's sum over the block's points (x - mean, times the weight): the lanes' groups
+    // take every kR-th point in row order, and are added in a fixed order.
+    {
+      float m[kV];
+      piece_mean(m);
+      for (int c = warp; c < a.k; c += kSmallWarps) {
+        float acc[kV] = {};
+        const int n_c = count[c], s_c = start[c];
+        for (int p0 = 0; p0 < n_c; p0 += kR * kU) {
+          uint4 raw[kU];
+          float scale[kU];
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            const int p = p0 + u * kR + sub;
+            const bool valid = p < n_c && part < pieces;
+            const int row = valid ? perm[s_c + p] : 0;
+            scale[u] = valid ? w[row] : 0.0f;
+            raw[u] = valid ? *reinterpret_cast<const uint4*>(x_tile + row * l.row_bytes + part * 16)
+                           : make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+          for (int u = 0; u < kU; ++u) {
+            float f[kV];
+            piece_to_floats<T>(raw[u], f);
+#pragma unroll
+            for (int e = 0; e < kV; ++e)
+              acc[e] = fmaf(f[e] - m[e], scale[u], acc[e]);
+          }
+        }
+#pragma unroll
+        for (int o = kL; o < kWarp; o <<= 1) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) {
+            const float other = __shfl_xor_sync(kFull, acc[e], o);
+            acc[e] = (lane & o) != 0 ? other + acc[e] : acc[e] + other;
+          }
+        }
+        if (sub == 0 && part < pieces) {
+#pragma unroll
+          for (int e = 0; e < kV; e += 4) {
+            *reinterpret_cast<float4*>(sums + c * a.d_pad + part * kV + e) =
+                make_float4(acc[e], acc[e + 1], acc[e + 2], acc[e + 3]);
+          }
+        }
+      }
+    }
+    sync_all();  // every block's sums and counts are written
+
+    // 3. The owned clusters: the blocks' sums added in rank order (every block's read at once).
+    for (int c = own_first + warp; c < own_end; c += kSmallWarps) {
+      float4 part_sum[kSmallMaxBlocks][kF];
+      int points = 0;
+#pragma unroll
+      for (int r = 0; r < kSmallMaxBlocks; ++r) {
+        const float* from = r < a.blocks ? peer(sums, r) + c * a.d_pad : nullptr;
+        points += r < a.blocks ? *peer(count + c, r) : 0;
+#pragma unroll
+        for (int q = 0; q < kF; ++q) {
+          const int i = lane + q * kWarp;
+          part_sum[r][q] = r < a.blocks && i < f4 ? *reinterpret_cast<const float4*>(from + 4 * i)
+                                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+      }
+      float4 v[kF];
+      float s2 = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kF; ++q) {
+        v[q] = part_sum[0][q];
+#pragma unroll
+        for (int r = 1; r < kSmallMaxBlocks; ++r) {
+          v[q].x += part_sum[r][q].x;
+          v[q].y += part_sum[r][q].y;
+          v[q].z += part_sum[r][q].z;
+          v[q].w += part_sum[r][q].w;
+        }
+        s2 = fmaf(v[q].x, v[q].x,
+                  fmaf(v[q].y, v[q].y, fmaf(v[q].z, v[q].z, fmaf(v[q].w, v[q].w, s2))));
+      }
+      s2 = warp_sum(s2);
+      // An empty cluster, or a cosine sum of zero, keeps its centroid.
+      if (a.cosine ? !(s2 > 0.0f) : points == 0) continue;
+      const float scale = a.cosine ? 1.0f / sqrtf(s2) : 1.0f;
+#pragma unroll
+      for (int q = 0; q < kF; ++q) {
+        if (a.cosine) {
+          v[q] = make_float4(v[q].x * scale, v[q].y * scale, v[q].z * scale, v[q].w * scale);
+        } else {
+          const float n = static_cast<float>(points);
+          v[q] = make_float4(v[q].x / n, v[q].y / n, v[q].z / n, v[q].w / n);
+        }
+      }
+      publish(c, v, true);
+    }
+    sync_all();  // every operand row is new, and the sums and groups may be rewritten
+  }
+}
+
+/// Whether small problems take small_fit_kernel: unless the environment variable
+/// CUDAOPS_KMEANS_SMALL is 0 (read once), so that the tests can run the iterations launch by
+/// launch at the same shapes.
+inline bool small_fit_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("CUDAOPS_KMEANS_SMALL");
+    return value == nullptr || std::strcmp(value, "0") != 0;
+  }();
+  return enabled;
+}
+
+/// Whether small_fit_kernel fits call's problems: sets *blocks (per problem) and *smem, or
+/// *blocks = 0 where it does not (too many points or clusters, too wide, too little shared
+/// memory, or several blocks a problem without clusters).
+template <typename T>
+Status plan_small_fit(const Call& call, int* blocks, size_t* smem) {
+  *blocks = 0;
+  const KmeansPoints& p = call.points;
+  // float32 rows round to TF32 in the products: their means are subtracted before, by the
+  // other kernels.
+  if (std::is_same_v<T, float> && call.center) return Status();
+  if (!small_fit_enabled() || call.k > kSmallMaxK || p.n > int64_t{kSmallMaxBlocks} * kSmallRows ||
+      p.n < 1 || call.d_pad * static_cast<int64_t>(sizeof(T)) > 16 * kWarp) {
+    return Status();
+  }
+  const int want = static_cast<int>((p.n + kSmallRows - 1) / kSmallRows);
+  const SmallLayout l =
+      small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), want);
+  int device = 0, most = 0;
+  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
+    return cuda_status(e, kOp, "asking for the current device");
+  }
+  if (cudaError_t e =
+          cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      e != cudaSuccess) {
+    return cuda_status(e, kOp, "asking for the shared memory of a block");
+  }
+  const auto kernel = small_fit_kernel<T, kWarp>;  // (the static shared memory of every kL)
+  cudaFuncAttributes attributes = {};
+  if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) {
+    return cuda_status(e, kOp, "reading the small problems' kernel");
+  }
+  if (static_cast<size_t>(l.bytes) + attributes.sharedSizeBytes > static_cast<size_t>(most)) {
+    return Status();
+  }
+  if (want > 1) {
+    bool ok = false;
+    if (Status s = cluster_image(kOp, reinterpret_cast<const void*>(kernel), &attributes, &ok);
+        !s.ok() || !ok) {
+      return s;
+    }
+  }
+  *blocks = want;
+  *smem = static_cast<size_t>(l.bytes);
+  return Status();
+}
+
+/// Runs params.n_iters iterations of call's fit in one launch of `blocks` blocks per problem;
+/// call.centroids holds the initial centroids, and the fitted ones after.
+template <typename T, int kL>
+Status launch_small_kernel(const SmallArgs<T>& args, int64_t batch, size_t smem,
+                           cudaStream_t stream) {
+  const auto kernel = small_fit_kernel<T, kL>;
+  if (Status s = allow_smem(kernel, smem); !s.ok()) return s;
+  const LaunchConfig launch(static_cast<unsigned>(batch * args.blocks), kSmallThreads, smem, stream,
+                            args.blocks > 1 ? args.blocks : 0);
+  if (const cudaError_t error = launch.launch(kernel, args); error != cudaSuccess) {
+    return cuda_status(error, kOp, "launching the small problems' fit");
+  }
+  return launched(stream);
+}
+
+/// Runs n_iters iterations of call's fit in one launch of `blocks` blocks per problem;
+/// call.centroids holds the initial centroids, and the fitted ones after.
+template <typename T>
+Status launch_small_fit(const Call& call, int n_iters, int blocks, size_t smem,
+                        cudaStream_t stream) {
+  const bool cosine = call.metric == KmeansMetric::kCosine;
+  const SmallArgs<T> args{
+      rows_of<T>(call.points),
+      static_cast<int>(call.k),
+      static_cast<int>(call.points.d),
+      static_cast<int>(call.d_pad),
+      blocks,
+      n_iters,
+      cosine ? 1.0f : 2.0f,
+      cosine,
+      call.center ? call.means : nullptr,
+      call.centroids,
+      small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), blocks)};
+  // Lanes a row: the fewest powers of two of 16-byte pieces that cover it, 8 at least.
+  const int64_t pieces = call.d_pad * static_cast<int64_t>(sizeof(T)) / 16;
+  if (pieces <= 8) return launch_small_kernel<T, 8>(args, call.points.batch, smem, stream);
+  if (pieces <= 16) return launch_small_kernel<T, 16>(args, call.points.batch, smem, stream);
+  return launch_small_kernel<T, 32>(args, call.points.batch, smem, stream);
+}
+
+}  // namespace
+}  // namespace cudaops::detail::kmeans
