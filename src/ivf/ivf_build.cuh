@@ -93,7 +93,10 @@ __global__ void segment_labels_kernel(int32_t* labels, int64_t heads, int64_t se
 
 /// Where a call's clusters and tokens go in the index: its clusters at slots first_slot on, its
 /// tokens at places (and positions) token_base on; the slots after them empty, starting at end.
+/// A build clears those slots (`clear_rest`); an extension only moves their start, as the build,
+/// or the load, cleared them.
 struct Placement {
+  bool clear_rest = true;
   int64_t heads = 0;
   int64_t n_new = 0;       // clusters of this call per head
   int64_t first_slot = 0;  // of the first of them
@@ -105,8 +108,8 @@ struct Placement {
 };
 
 /// A warp per (head, slot from first_slot on): CSR offsets and sizes, the largest size, the
-/// centroids in float32 and in T; slots past the call's clusters empty (offset end, zero
-/// centroid).
+/// centroids in float32 and in T; slots past the call's clusters empty (offset end; with
+/// clear_rest, zero size and centroid).
 template <typename T>
 __global__ void __launch_bounds__(256)
     clusters_kernel(const float* centroids, const int32_t* counts, const int32_t* starts,
@@ -120,13 +123,16 @@ __global__ void __launch_bounds__(256)
   const int64_t slot = h * at.max_clusters + j;
   const bool held = local < at.n_new;
   if (lane == 0) {
-    const int32_t count = held ? counts[h * at.n_new + local] : 0;
     offsets[h * (at.max_clusters + 1) + j] =
         held ? at.token_base + starts[h * at.n_new + local] : at.end;
-    sizes[slot] = count;
-    atomicMax(largest, count);
     if (j == at.max_clusters - 1) offsets[h * (at.max_clusters + 1) + at.max_clusters] = at.end;
+    if (held || at.clear_rest) {
+      const int32_t count = held ? counts[h * at.n_new + local] : 0;
+      sizes[slot] = count;
+      atomicMax(largest, count);
+    }
   }
+  if (!held && !at.clear_rest) return;
   for (int e = lane; e < d; e += 32) {
     const float v = held ? centroids[(h * at.n_new + local) * d + e] : 0.0f;
     out_centroids[slot * d + e] = v;
@@ -160,25 +166,42 @@ __global__ void __launch_bounds__(256)
     copy_row(values + from * value_dim, out_values + to * value_dim, value_dim / 8, lane);
 }
 
+/// Slots per head value_sums_kernel writes: the call's, and with clear_rest the rest too.
+__host__ __device__ inline int64_t summed_slots(const Placement& at) {
+  return at.clear_rest ? at.max_clusters - at.first_slot : at.n_new;
+}
+
 /// A warp per (head, slot from first_slot on): the sum of its values in cluster order (float32,
-/// one lane per column, the same order every run); zero for slots past the call's clusters.
+/// one lane per column, the same order every run: rows are read four at a time and added one by
+/// one); zero for slots past the call's clusters.
 template <typename T>
 __global__ void __launch_bounds__(256)
     value_sums_kernel(const T* values, const int32_t* counts, const int32_t* starts, Placement at,
                       int value_dim, float* sums) {
   const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t slots = at.max_clusters - at.first_slot;
+  const int64_t slots = summed_slots(at);
   if (item >= at.heads * slots) return;
   const int64_t h = item / slots, local = item % slots;
   const int64_t slot = h * at.max_clusters + at.first_slot + local;
   const bool held = local < at.n_new;
   const int64_t first = held ? at.token_base + starts[h * at.n_new + local] : 0;
   const int64_t count = held ? counts[h * at.n_new + local] : 0;
+  const T* rows = values + (h * at.capacity + first) * value_dim;
   for (int e = lane; e < value_dim; e += 32) {
     float s = 0.0f;
-    for (int64_t r = 0; r < count; ++r)
-      s += to_float(values[(h * at.capacity + first + r) * value_dim + e]);
+    int64_t r = 0;
+    for (; r + 4 <= count; r += 4) {
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        v[u] = to_float(rows[(r + u) * value_dim + e]);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        s += v[u];
+    }
+    for (; r < count; ++r)
+      s += to_float(rows[r * value_dim + e]);
     sums[slot * value_dim + e] = s;
   }
 }
@@ -206,7 +229,7 @@ Status write_index(const IvfLayout& layout, unsigned char* ix, const Placement& 
       out_values);
   if (Status st = launched(stream); !st.ok()) return st;
   if (value_dim > 0) {
-    value_sums_kernel<T><<<blocks_for(slots, 8), 256, 0, stream>>>(
+    value_sums_kernel<T><<<blocks_for(place.heads * summed_slots(place), 8), 256, 0, stream>>>(
         out_values, counts, starts, place, value_dim, at<float>(ix, layout.value_sums));
     if (Status st = launched(stream); !st.ok()) return st;
   }
@@ -335,6 +358,7 @@ Status launch_extend(const ExtendCall& call, cudaStream_t stream) {
     return st;
   }
   Placement place;
+  place.clear_rest = false;
   place.heads = s.heads;
   place.n_new = call.n_new;
   place.first_slot = call.n_clusters;

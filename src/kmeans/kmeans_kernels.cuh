@@ -308,6 +308,22 @@ Status launch_operand(const Call& call, const C* centroids, cudaStream_t stream)
   return launched(stream);
 }
 
+/// Labels and distances by row (from call.labels and call.scores), sizes and the objective.
+template <typename T>
+Status launch_results(const Call& call, int32_t* out_labels, float* out_distances, int32_t* sizes,
+                      float* objective, cudaStream_t stream) {
+  const KmeansPoints& p = call.points;
+  if (sizes != nullptr) {
+    const size_t bytes = static_cast<size_t>(p.batch * call.k) * sizeof(int32_t);
+    if (const cudaError_t error = cudaMemsetAsync(sizes, 0, bytes, stream); error != cudaSuccess)
+      return cuda_status(error, kOp, "clearing the sizes");
+  }
+  FinishArgs<T> args{rows_of<T>(p), call.labels, call.scores, out_labels,
+                     out_distances, sizes,       objective,   call.k};
+  finish_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(args);
+  return launched(stream);
+}
+
 /// Distances of every point to its centroid, then labels (and distances) by row, sizes and the
 /// objective.
 template <typename T, typename C>
@@ -325,15 +341,7 @@ Status launch_finish(const Call& call, const C* centroids, int32_t* out_labels,
         <<<blocks_for(p.batch * p.n, per_block), 256, 0, stream>>>(distance);
   });
   if (Status s = launched(stream); !s.ok()) return s;
-  if (sizes != nullptr) {
-    const size_t bytes = static_cast<size_t>(p.batch * call.k) * sizeof(int32_t);
-    if (const cudaError_t error = cudaMemsetAsync(sizes, 0, bytes, stream); error != cudaSuccess)
-      return cuda_status(error, kOp, "clearing the sizes");
-  }
-  FinishArgs<T> args{rows_of<T>(p), call.labels, call.scores, out_labels,
-                     out_distances, sizes,       objective,   call.k};
-  finish_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(args);
-  return launched(stream);
+  return launch_results<T>(call, out_labels, out_distances, sizes, objective, stream);
 }
 
 }  // namespace
@@ -380,7 +388,8 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
   // The points' weights do not change: the first assignment writes them, the others reuse them.
   Call again = call;
   again.point_w = nullptr;
-  // Small problems run every iteration in one launch (kmeans_small.cuh).
+  // Small problems run every iteration, and the last assignment, in one launch
+  // (kmeans_small.cuh).
   int small_blocks = 0;
   size_t small_smem = 0;
   if (params.empty == KmeansEmpty::kKeep && params.n_iters > 0) {
@@ -402,12 +411,20 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
       if (Status s = launched(stream); !s.ok()) return s;
     }
   }
-  if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
-  if (Status s = launch_assign<T>(again, stream); !s.ok()) return s;
-  if (Status s = launch_finish<T, float>(call, call.centroids, result.labels, nullptr, result.sizes,
-                                         result.objective, stream);
-      !s.ok())
-    return s;
+  if (small_blocks > 0) {
+    // The last assignment and the distances were the small problems' kernel's.
+    if (Status s =
+            launch_results<T>(call, result.labels, nullptr, result.sizes, result.objective, stream);
+        !s.ok())
+      return s;
+  } else {
+    if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
+    if (Status s = launch_assign<T>(again, stream); !s.ok()) return s;
+    if (Status s = launch_finish<T, float>(call, call.centroids, result.labels, nullptr,
+                                           result.sizes, result.objective, stream);
+        !s.ok())
+      return s;
+  }
   if (result.centroid_dtype != DType::kFloat32) {
     convert_kernel<T><<<blocks_for(items * d, 256), 256, 0, stream>>>(
         call.centroids, items * d, static_cast<T*>(result.centroids));

@@ -14,10 +14,13 @@
 //   3. block r owns clusters [r * owned, (r + 1) * owned): it adds the blocks' sums of each in
 //      rank order (read through the cluster), writes the new centroid and its operand and bias
 //      into every block.
+// Then the last assignment: labels and each point's distance to its centroid.
 // The same order of additions every run, so the same bits; two cluster barriers per iteration;
 // the points are read from memory once.
 #include <cub/block/block_scan.cuh>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -87,6 +90,9 @@ struct SmallArgs {
   const float* means;  // [batch, d] or null (16-bit T only: folded into the bias)
   float* centroids;    // [batch, k, d] float32: the initial ones in, the fitted ones out
   SmallLayout l;       // (kernel parameters: no registers held for the offsets)
+  bool float4_rows;    // centroid rows are 16-byte aligned (d % 4 == 0, centroids aligned)
+  int32_t* labels;     // [batch, n]: the last assignment's
+  float* distances;    // [batch, n]: each point's distance to its centroid
 };
 
 /// A piece of 16 bytes of T as floats, and back (the operand's rounding).
@@ -205,11 +211,18 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
       const float in[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
       const float4 m = *reinterpret_cast<const float4*>(mu + 4 * i);
       const float mm[4] = {m.x, m.y, m.z, m.w};
+      if (write && a.float4_rows && 4 * i < a.d) {
+        *reinterpret_cast<float4*>(to + 4 * i) = v[q];
+      } else if (write) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (4 * i + e < a.d) to[4 * i + e] = in[e];
+        }
+      }
       T r[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const bool inside = 4 * i + e < a.d;
-        if (write && inside) to[4 * i + e] = in[e];
         r[e] = operand_value<T>(inside ? in[e] : 0.0f);
         const float f = to_float(r[e]);
         norm = fmaf(f, f, norm);
@@ -251,10 +264,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   const int b_row = (lane % 8) + 8 * (lane / 16);
   const int b_half = ((lane / 8) % 2) * 16;
   const int steps = a.d_pad * static_cast<int>(sizeof(T)) / 32;
-  for (int iter = 0; iter < a.n_iters; ++iter) {
-    // 1. The warp's 32 points against every centroid.
-    for (int idx = tid; idx < kSmallWarps * a.k; idx += kSmallThreads)
-      tile_count[idx] = 0;
+  // Each warp's 32 points against every centroid: their labels.
+  auto assign_points = [&] {
     if (warp * 32 < rows_here) {
       const unsigned char* a_base =
           x_tile + (warp * 32 + (lane % 16)) * l.row_bytes + (lane / 16) * 16;
@@ -295,6 +306,12 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
         }
       }
     }
+  };
+  for (int iter = 0; iter < a.n_iters; ++iter) {
+    // 1. The labels.
+    for (int idx = tid; idx < kSmallWarps * a.k; idx += kSmallThreads)
+      tile_count[idx] = 0;
+    assign_points();
     __syncthreads();
     // 2. The block's points grouped by label, in row order: each point's place among its
     // cluster's points of the warps before its own and in its own.
@@ -418,6 +435,43 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     }
     sync_all();  // every operand row is new, and the sums and groups may be rewritten
   }
+  // The last assignment, against the fitted centroids: labels, and each point's distance to its
+  // centroid in float32 (as kmeans_kernels.cuh's distance_kernel computes it).
+  assign_points();
+  __syncthreads();
+  for (int r = tid; r < rows_here; r += kSmallThreads)
+    a.labels[b * a.rows.n + row0 + r] = label[r];
+  float m[kV];
+  piece_mean(m);
+  for (int r0 = warp * kR; r0 < rows_here; r0 += kSmallWarps * kR) {
+    const int r = r0 + sub;
+    float dot = 0.0f, yy = 0.0f, dd = 0.0f;
+    if (r < rows_here && part < pieces) {
+      float f[kV];
+      piece_to_floats<T>(*reinterpret_cast<const uint4*>(x_tile + r * l.row_bytes + part * 16), f);
+      const float* c = a.centroids + (b * a.k + label[r]) * a.d;
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        if (part * kV + e < a.d) {
+          const float y = f[e] - m[e];
+          const float ce = c[part * kV + e];
+          dot = fmaf(y, ce, dot);
+          yy = fmaf(y, y, yy);
+          dd = fmaf(y - ce, y - ce, dd);
+        }
+      }
+    }
+#pragma unroll
+    for (int o = kL / 2; o > 0; o >>= 1) {
+      dot += __shfl_xor_sync(kFull, dot, o);
+      yy += __shfl_xor_sync(kFull, yy, o);
+      dd += __shfl_xor_sync(kFull, dd, o);
+    }
+    if (r < rows_here && part == 0) {
+      a.distances[b * a.rows.n + row0 + r] =
+          a.cosine ? (yy > 0.0f ? 1.0f - dot / sqrtf(yy) : 1.0f) : dd;
+    }
+  }
 }
 
 /// Whether small problems take small_fit_kernel: unless the environment variable
@@ -448,30 +502,39 @@ Status plan_small_fit(const Call& call, int* blocks, size_t* smem) {
   const int want = static_cast<int>((p.n + kSmallRows - 1) / kSmallRows);
   const SmallLayout l =
       small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), want);
-  int device = 0, most = 0;
+  // What the device offers, asked once per device: the shared memory a block may have (less the
+  // kernel's static part, + 1), and whether the kernel may run as clusters (+ 1).
+  constexpr int kDevices = 64;
+  static std::atomic<int> room_known[kDevices] = {};
+  static std::atomic<int> clusters_known[kDevices] = {};
+  int device = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
     return cuda_status(e, kOp, "asking for the current device");
   }
-  if (cudaError_t e =
-          cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      e != cudaSuccess) {
-    return cuda_status(e, kOp, "asking for the shared memory of a block");
-  }
-  const auto kernel = small_fit_kernel<T, kWarp>;  // (the static shared memory of every kL)
-  cudaFuncAttributes attributes = {};
-  if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) {
-    return cuda_status(e, kOp, "reading the small problems' kernel");
-  }
-  if (static_cast<size_t>(l.bytes) + attributes.sharedSizeBytes > static_cast<size_t>(most)) {
-    return Status();
-  }
-  if (want > 1) {
+  if (device >= kDevices) return Status();
+  if (room_known[device].load(std::memory_order_relaxed) == 0) {
+    int most = 0;
+    if (cudaError_t e =
+            cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+        e != cudaSuccess) {
+      return cuda_status(e, kOp, "asking for the shared memory of a block");
+    }
+    const auto kernel = small_fit_kernel<T, kWarp>;  // (the static shared memory of every kL)
+    cudaFuncAttributes attributes = {};
     bool ok = false;
     if (Status s = cluster_image(kOp, reinterpret_cast<const void*>(kernel), &attributes, &ok);
-        !s.ok() || !ok) {
+        !s.ok()) {
       return s;
     }
+    if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) {
+      return cuda_status(e, kOp, "reading the small problems' kernel");
+    }
+    clusters_known[device].store(ok ? 2 : 1, std::memory_order_relaxed);
+    room_known[device].store(std::max(most - static_cast<int>(attributes.sharedSizeBytes), 0) + 1,
+                             std::memory_order_relaxed);
   }
+  if (l.bytes > room_known[device].load(std::memory_order_relaxed) - 1) return Status();
+  if (want > 1 && clusters_known[device].load(std::memory_order_relaxed) != 2) return Status();
   *blocks = want;
   *smem = static_cast<size_t>(l.bytes);
   return Status();
@@ -492,8 +555,9 @@ Status launch_small_kernel(const SmallArgs<T>& args, int64_t batch, size_t smem,
   return launched(stream);
 }
 
-/// Runs n_iters iterations of call's fit in one launch of `blocks` blocks per problem;
-/// call.centroids holds the initial centroids, and the fitted ones after.
+/// Runs n_iters iterations of call's fit and the last assignment in one launch of `blocks` blocks
+/// per problem: call.centroids holds the initial centroids, and the fitted ones after;
+/// call.labels and call.scores the last labels and each point's distance to its centroid.
 template <typename T>
 Status launch_small_fit(const Call& call, int n_iters, int blocks, size_t smem,
                         cudaStream_t stream) {
@@ -509,7 +573,10 @@ Status launch_small_fit(const Call& call, int n_iters, int blocks, size_t smem,
       cosine,
       call.center ? call.means : nullptr,
       call.centroids,
-      small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), blocks)};
+      small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), blocks),
+      call.points.d % 4 == 0 && reinterpret_cast<uintptr_t>(call.centroids) % 16 == 0,
+      call.labels,
+      call.scores};
   // Lanes a row: the fewest powers of two of 16-byte pieces that cover it, 8 at least.
   const int64_t pieces = call.d_pad * static_cast<int64_t>(sizeof(T)) / 16;
   if (pieces <= 8) return launch_small_kernel<T, 8>(args, call.points.batch, smem, stream);
