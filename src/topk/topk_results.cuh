@@ -123,22 +123,21 @@ __device__ bool bucket_sort(uint64_t* buf, int count, SelectShared<kThreads>& s,
   }
   __syncthreads();
   // Bucket offsets: an exclusive scan of the counts, in place.
-  uint32_t c[kPer];
+  // The thread's kPer = 4 buckets in one 16-byte piece (words 4 apart would conflict 4 ways).
+  static_assert(kPer == 4, "a thread's buckets are one uint4");
+  const uint4 counts = reinterpret_cast<const uint4*>(s.hist)[t];
+  const uint32_t c[kPer] = {counts.x, counts.y, counts.z, counts.w};
   uint32_t sum = 0, most = 0;
 #pragma unroll
   for (int q = 0; q < kPer; ++q) {
-    c[q] = s.hist[t * kPer + q];
     sum += c[q];
     most = max(most, c[q]);
   }
   uint32_t offset = 0;
   cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(sum, offset);
   if (__syncthreads_or(most > kBucketItems)) return false;
-#pragma unroll
-  for (int q = 0; q < kPer; ++q) {
-    s.hist[t * kPer + q] = offset;
-    offset += c[q];
-  }
+  reinterpret_cast<uint4*>(s.hist)[t] =
+      make_uint4(offset, offset + c[0], offset + c[0] + c[1], offset + c[0] + c[1] + c[2]);
   __syncthreads();
   // Each item to its bucket, in arrival order; then its rank among the bucket's.
 #pragma unroll

@@ -86,7 +86,7 @@ __device__ __forceinline__ float decode(uint32_t key, bool largest) {
 template <int kThreads>
 struct SelectShared {
   static constexpr int kWarps = kThreads / 32;
-  uint32_t hist[kBins];
+  alignas(16) uint32_t hist[kBins];  // (read in 16-byte vectors)
   typename cub::BlockScan<uint32_t, kThreads>::TempStorage scan;
   uint32_t warp_gt[kWarps];
   uint32_t warp_eq[kWarps];
@@ -134,22 +134,56 @@ __device__ __forceinline__ uint32_t high_bits(uint32_t key, int shift) {
   return shift >= 32 ? 0u : key >> shift;
 }
 
+/// Where bin `bin` of a swizzled histogram lies: groups of 4 bins keep their place within 128
+/// bins XOR-ed by bits 7..9, so that bins 128 apart (the maxima of 16-bit rows, whose low key
+/// bits are constant, fall that far apart) lie in different banks.
+__device__ __forceinline__ int swizzled_bin(int bin) {
+  return bin ^ (((bin >> 7) & 7) << 2);
+}
+
 // Finds the bin of hist (bins, in descending order of bins) where the count from the top
 // reaches k_rem. Leaves it in shared.bin/above/count.
 // With a cluster, the histogram is the sum of its blocks' (each complete in its block).
-template <int kBinsNow, int kThreads>
+template <int kBinsNow, int kThreads, bool kSwizzled = false>
 __device__ void find_bin(SelectShared<kThreads>& s, uint32_t k_rem, const RowCluster& c) {
   constexpr int kPer = kBinsNow / kThreads;
   static_assert(kPer >= 1 && kBinsNow % kThreads == 0, "bins per thread");
   const int t = threadIdx.x;
   if (c.many()) cluster_sync();  // every block's histogram is complete
-  uint32_t counts[kPer];
+  uint32_t counts[kPer];         // bins kBinsNow - 1 - (t * kPer + j)
   uint32_t local = 0;
+  if constexpr (kPer % 4 == 0) {
+    // The thread's bins are kPer/4 aligned groups of 4: read as 16-byte vectors (word reads
+    // kPer words apart conflict kPer ways).
+    const int base = kBinsNow - kPer * (t + 1);
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int bin = kBinsNow - 1 - (t * kPer + j);
-    counts[j] = c.many() ? c.sum(&s.hist[bin]) : s.hist[bin];
-    local += counts[j];
+    for (int q = 0; q < kPer / 4; ++q) {
+      const int at = kSwizzled ? swizzled_bin(base + 4 * q) : base + 4 * q;
+      uint4 v = make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int r = 0; r < kMaxRowCluster; ++r) {
+        if (r < c.size) {
+          const uint4 h = *reinterpret_cast<const uint4*>(c.many() ? cluster_peer(&s.hist[at], r)
+                                                                   : &s.hist[at]);
+          v = make_uint4(v.x + h.x, v.y + h.y, v.z + h.z, v.w + h.w);
+        }
+      }
+      counts[kPer - 1 - 4 * q] = v.x;
+      counts[kPer - 2 - 4 * q] = v.y;
+      counts[kPer - 3 - 4 * q] = v.z;
+      counts[kPer - 4 - 4 * q] = v.w;
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      local += counts[j];
+  } else {
+    static_assert(!kSwizzled, "swizzled histograms are read in groups of 4");
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int bin = kBinsNow - 1 - (t * kPer + j);
+      counts[j] = c.many() ? c.sum(&s.hist[bin]) : s.hist[bin];
+      local += counts[j];
+    }
   }
   uint32_t before = 0;
   cub::BlockScan<uint32_t, kThreads>(s.scan).ExclusiveSum(local, before);
@@ -602,10 +636,12 @@ __device__ uint32_t cluster_bound(const uint32_t (&m)[8], int groups, uint32_t k
   const int shift = max(top - 10, 0);
 #pragma unroll
   for (int g = 0; g < 8; ++g) {
-    if (g < groups && m[g] != 0) atomicAdd(&s.hist[kBins - 1 - ((high - m[g]) >> shift)], 1u);
+    if (g < groups && m[g] != 0) {
+      atomicAdd(&s.hist[swizzled_bin(kBins - 1 - static_cast<int>((high - m[g]) >> shift))], 1u);
+    }
   }
   if (!c.many()) __syncthreads();  // (find_bin waits for the whole cluster)
-  find_bin<kBins, kThreads>(s, k, c);
+  find_bin<kBins, kThreads, true>(s, k, c);
   uint32_t d = kBins - 1 - s.bin;  // the k-th's distance below high, >> shift
   int d_shift = shift;
   // A bin that holds many maxima (tied, or spread over orders of magnitude) is refined by the
@@ -621,11 +657,13 @@ __device__ uint32_t cluster_bound(const uint32_t (&m)[8], int groups, uint32_t k
 #pragma unroll
     for (int g = 0; g < 8; ++g) {
       if (g < groups && m[g] != 0 && ((high - m[g]) >> shift) == d) {
-        atomicAdd(&s.hist[low_mask - (((high - m[g]) >> low_shift) & low_mask)], 1u);
+        atomicAdd(&s.hist[swizzled_bin(
+                      static_cast<int>(low_mask - (((high - m[g]) >> low_shift) & low_mask)))],
+                  1u);
       }
     }
     if (!c.many()) __syncthreads();
-    find_bin<kBins, kThreads>(s, k_rem, c);
+    find_bin<kBins, kThreads, true>(s, k_rem, c);
     d = (d << (shift - low_shift)) | (low_mask - s.bin);
     d_shift = low_shift;
   }
