@@ -454,9 +454,9 @@ std::vector<Case> Cases() {
   struct Shape {
     int64_t batch, n, d, k;
   };
-  const Shape shapes[] = {{1, 1, 1, 1},      {3, 7, 3, 2},        {2, 199, 64, 5},
-                          {5, 257, 96, 65},  {1, 1000, 128, 130}, {4, 300, 200, 17},
-                          {2, 513, 256, 64}, {2, 700, 128, 300},  {1, 1300, 128, 600},
+  const Shape shapes[] = {{1, 1, 1, 1},       {3, 7, 3, 2},        {2, 199, 64, 5},
+                          {5, 257, 96, 65},   {1, 1000, 128, 130}, {4, 300, 200, 17},
+                          {2, 513, 256, 64},  {2, 700, 128, 300},  {1, 1300, 128, 600},
                           {3, 2048, 64, 256}, {2, 2049, 32, 20}};
   for (DType dtype : kDtypes) {
     for (const Shape& s : shapes) {
@@ -552,11 +552,10 @@ INSTANTIATE_TEST_SUITE_P(All, KmeansCases, ::testing::ValuesIn(Cases()));
 TEST(Kmeans, RepeatableOnAnyStreamAndInAGraph) {
   if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 8.0";
   // The second shape's iterations run in one launch (three blocks a problem) for 16-bit points.
-  for (const auto& [dtype, n, k] : {std::tuple{DType::kFloat32, 2000, 100},
-                                    std::tuple{DType::kFloat16, 2000, 100},
-                                    std::tuple{DType::kBFloat16, 2000, 100},
-                                    std::tuple{DType::kFloat16, 1500, 48},
-                                    std::tuple{DType::kBFloat16, 1500, 48}}) {
+  for (const auto& [dtype, n, k] :
+       {std::tuple{DType::kFloat32, 2000, 100}, std::tuple{DType::kFloat16, 2000, 100},
+        std::tuple{DType::kBFloat16, 2000, 100}, std::tuple{DType::kFloat16, 1500, 48},
+        std::tuple{DType::kBFloat16, 1500, 48}}) {
     Case c;
     c.dtype = dtype;
     c.metric = KmeansMetric::kCosine;
