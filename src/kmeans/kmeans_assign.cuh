@@ -96,14 +96,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
   const int g = lane / 4, t = lane % 4;
   float best[2][2];
   int best_j[2][2];
-#pragma unroll
-  for (int m = 0; m < 2; ++m) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      best[m][h] = INFINITY;
-      best_j[m][h] = INT32_MAX;
-    }
-  }
+  no_minimum(best, best_j);
   const float* bias = args.bias + b * args.k;
   // ldmatrix addresses: A rows of this warp (lane % 16), 16-byte half (lane / 16); B rows
   // (lane % 8) + 8 * (lane / 16), half (lane / 8) % 2.

@@ -104,14 +104,9 @@ struct AssignArgs {
   float* point_w;   // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of the rounded y); or null
 };
 
-/// The end of an assignment kernel: the four lanes of a row (lane % 4) hold the minima of its
-/// columns interleaved; the smallest (lower index on a tie) is written by the lane that `writes`.
-/// With `merge`, the row's label and score are those of earlier columns, kept unless beaten
-/// (a NaN score: none found yet).
-template <typename T>
-__device__ __forceinline__ void write_best(const AssignArgs<T>& args, int64_t b, int64_t i,
-                                           int64_t len, float v, int j, bool writes,
-                                           bool merge = false) {
+/// The four lanes of a row (lane % 4) hold the minima (v, j) of its columns interleaved: each
+/// gets the smallest, the lower index on a tie.
+__device__ __forceinline__ void row_minimum(float& v, int& j) {
 #pragma unroll
   for (int o = 1; o < 4; o <<= 1) {
     const float ov = __shfl_xor_sync(kFull, v, o);
@@ -121,6 +116,16 @@ __device__ __forceinline__ void write_best(const AssignArgs<T>& args, int64_t b,
       j = oj;
     }
   }
+}
+
+/// The end of an assignment kernel: the row's minimum (row_minimum) is written by the lane that
+/// `writes`. With `merge`, the row's label and score are those of earlier columns, kept unless
+/// beaten (a NaN score: none found yet).
+template <typename T>
+__device__ __forceinline__ void write_best(const AssignArgs<T>& args, int64_t b, int64_t i,
+                                           int64_t len, float v, int j, bool writes,
+                                           bool merge = false) {
+  row_minimum(v, j);
   if (writes && i < len) {
     if (merge) {
       const float before = args.scores[b * args.rows.n + i];
@@ -129,6 +134,27 @@ __device__ __forceinline__ void write_best(const AssignArgs<T>& args, int64_t b,
     args.labels[b * args.rows.n + i] = j == INT32_MAX ? 0 : j;
     args.scores[b * args.rows.n + i] = j == INT32_MAX ? NAN : v;
   }
+}
+
+/// One value's part of a point's distance terms: y . c, |y|^2 and |y - c|^2.
+__device__ __forceinline__ void add_distance_terms(float y, float c, float& dot, float& yy,
+                                                   float& dd) {
+  dot = fmaf(y, c, dot);
+  yy = fmaf(y, y, yy);
+  dd = fmaf(y - c, y - c, dd);
+}
+
+/// A point's distance to its centroid from its kL lanes' terms: L2 |y - c|^2, cosine
+/// 1 - y . c / |y| (1 for a zero vector); every lane of the group gets it.
+template <int kL>
+__device__ __forceinline__ float group_distance(float dot, float yy, float dd, bool cosine) {
+#pragma unroll
+  for (int o = kL / 2; o > 0; o >>= 1) {
+    dot += __shfl_xor_sync(kFull, dot, o);
+    yy += __shfl_xor_sync(kFull, yy, o);
+    dd += __shfl_xor_sync(kFull, dd, o);
+  }
+  return cosine ? (yy > 0.0f ? 1.0f - dot / sqrtf(yy) : 1.0f) : dd;
 }
 
 /// Most values of a row each lane holds (d <= 32 * kPerLane).

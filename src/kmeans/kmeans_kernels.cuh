@@ -225,24 +225,13 @@ __global__ void __launch_bounds__(256) distance_kernel(DistanceArgs<T, C> args) 
           for (int e = 0; e < kV; ++e) {
             if (c0 + e < args.d) {
               const float y = to_float(t[e]) - (mu[u] != nullptr ? __ldg(mu[u] + c0 + e) : 0.0f);
-              const float c = to_float(centroid[u][c0 + e]);
-              dot = fmaf(y, c, dot);
-              yy = fmaf(y, y, yy);
-              dd = fmaf(y - c, y - c, dd);
+              add_distance_terms(y, to_float(centroid[u][c0 + e]), dot, yy, dd);
             }
           }
         }
       }
-#pragma unroll
-      for (int o = kL / 2; o > 0; o >>= 1) {
-        dot += __shfl_xor_sync(kFull, dot, o);
-        yy += __shfl_xor_sync(kFull, yy, o);
-        dd += __shfl_xor_sync(kFull, dd, o);
-      }
-      if (valid[u] && part == 0) {
-        args.distances[p0 + u * kR + sub] =
-            args.cosine ? (yy > 0.0f ? 1.0f - dot / sqrtf(yy) : 1.0f) : dd;
-      }
+      const float distance = group_distance<kL>(dot, yy, dd, args.cosine);
+      if (valid[u] && part == 0) args.distances[p0 + u * kR + sub] = distance;
     }
   }
 }

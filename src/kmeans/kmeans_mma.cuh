@@ -83,6 +83,19 @@ __device__ __forceinline__ void warp_products(float (&acc)[2][8][4], const unsig
   }
 }
 
+/// The running minima of a warp's rows before any centroid: none (score infinite, index
+/// INT32_MAX).
+__device__ __forceinline__ void no_minimum(float (&best)[2][2], int (&best_j)[2][2]) {
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      best[m][h] = INFINITY;
+      best_j[m][h] = INT32_MAX;
+    }
+  }
+}
+
 /// Each row's running minimum over a chunk of 64 centroids from j0 (bias_of(c): the bias of
 /// centroid j0 + c, infinite past the last): first the chunk's smallest score of the row, then,
 /// only where it beats the running one, the first column that has it (columns in increasing

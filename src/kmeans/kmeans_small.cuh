@@ -271,14 +271,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
           x_tile + (warp * 32 + (lane % 16)) * l.row_bytes + (lane / 16) * 16;
       float best[2][2];
       int best_j[2][2];
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          best[m][h] = INFINITY;
-          best_j[m][h] = INT32_MAX;
-        }
-      }
+      no_minimum(best, best_j);
       for (int j0 = 0; j0 < l.k_pad; j0 += kChunk) {
         float acc[2][8][4];
         warp_products<T>(acc, a_base, operand + (j0 + b_row) * l.row_bytes + b_half, l.row_bytes,
@@ -292,15 +285,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
         for (int h = 0; h < 2; ++h) {
           float v = best[m][h];
           int j = best_j[m][h];
-#pragma unroll
-          for (int o = 1; o < 4; o <<= 1) {
-            const float ov = __shfl_xor_sync(kFull, v, o);
-            const int oj = __shfl_xor_sync(kFull, j, o);
-            if (ov < v || (ov == v && oj < j)) {
-              v = ov;
-              j = oj;
-            }
-          }
+          row_minimum(v, j);
           // No score at all (NaN rows) takes label 0, as the assignment does.
           if (t == 0) label[warp * 32 + m * 16 + h * 8 + g] = j == INT32_MAX ? 0 : j;
         }
@@ -452,25 +437,11 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
       const float* c = a.centroids + (b * a.k + label[r]) * a.d;
 #pragma unroll
       for (int e = 0; e < kV; ++e) {
-        if (part * kV + e < a.d) {
-          const float y = f[e] - m[e];
-          const float ce = c[part * kV + e];
-          dot = fmaf(y, ce, dot);
-          yy = fmaf(y, y, yy);
-          dd = fmaf(y - ce, y - ce, dd);
-        }
+        if (part * kV + e < a.d) add_distance_terms(f[e] - m[e], c[part * kV + e], dot, yy, dd);
       }
     }
-#pragma unroll
-    for (int o = kL / 2; o > 0; o >>= 1) {
-      dot += __shfl_xor_sync(kFull, dot, o);
-      yy += __shfl_xor_sync(kFull, yy, o);
-      dd += __shfl_xor_sync(kFull, dd, o);
-    }
-    if (r < rows_here && part == 0) {
-      a.distances[b * a.rows.n + row0 + r] =
-          a.cosine ? (yy > 0.0f ? 1.0f - dot / sqrtf(yy) : 1.0f) : dd;
-    }
+    const float distance = group_distance<kL>(dot, yy, dd, a.cosine);
+    if (r < rows_here && part == 0) a.distances[b * a.rows.n + row0 + r] = distance;
   }
 }
 
