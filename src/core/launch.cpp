@@ -18,38 +18,66 @@ Status cuda_status(cudaError_t error, const char* op, const char* what) {
 
 namespace {
 
-// A kernel's static shared memory on a device and the dynamic size it has been opted in to.
+// A kernel's static shared memory on a device, the device's opt-in limit (-1: not asked yet)
+// and the dynamic size the kernel has been opted in to.
 struct SharedOptIn {
   const void* kernel;
   int device;
   size_t static_bytes;
+  int optin;
   size_t allowed;
 };
 
-}  // namespace
+// Remembered per kernel and device, so that a launch on a hot path asks the driver nothing.
+std::mutex shared_mutex;
+std::vector<SharedOptIn> shared_known;
 
-Status allow_dynamic_smem(const char* op, const void* kernel, size_t smem) {
-  if (smem == 0) return Status();
+// The entry of `kernel` on the current device, made on first use (shared_mutex held).
+Status shared_entry(const char* op, const void* kernel, bool want_optin, SharedOptIn** entry) {
   int device = 0;
   cudaError_t error = cudaGetDevice(&device);
   if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
-  // Remembered per kernel and device, so that a launch on a hot path asks the driver nothing.
-  static std::mutex mutex;
-  static std::vector<SharedOptIn> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = std::find_if(known.begin(), known.end(), [&](const SharedOptIn& k) {
+  auto it = std::find_if(shared_known.begin(), shared_known.end(), [&](const SharedOptIn& k) {
     return k.kernel == kernel && k.device == device;
   });
-  if (it == known.end()) {
+  if (it == shared_known.end()) {
     cudaFuncAttributes attributes{};
     error = cudaFuncGetAttributes(&attributes, kernel);
     if (error != cudaSuccess) return cuda_status(error, op, "querying the kernel");
-    it = known.insert(known.end(), {kernel, device, attributes.sharedSizeBytes, 0});
+    it = shared_known.insert(shared_known.end(),
+                             {kernel, device, attributes.sharedSizeBytes, -1, 0});
   }
+  if (want_optin && it->optin < 0) {
+    error = cudaDeviceGetAttribute(&it->optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    if (error != cudaSuccess) {
+      it->optin = -1;
+      return cuda_status(error, op, "querying the device");
+    }
+  }
+  *entry = &*it;
+  return Status();
+}
+
+}  // namespace
+
+Status max_dynamic_smem(const char* op, const void* kernel, size_t* bytes) {
+  *bytes = 0;
+  const std::lock_guard<std::mutex> lock(shared_mutex);
+  SharedOptIn* entry = nullptr;
+  if (Status s = shared_entry(op, kernel, true, &entry); !s.ok()) return s;
+  const size_t optin = static_cast<size_t>(entry->optin);
+  *bytes = optin > entry->static_bytes ? optin - entry->static_bytes : 0;
+  return Status();
+}
+
+Status allow_dynamic_smem(const char* op, const void* kernel, size_t smem) {
+  if (smem == 0) return Status();
+  const std::lock_guard<std::mutex> lock(shared_mutex);
+  SharedOptIn* it = nullptr;
+  if (Status s = shared_entry(op, kernel, false, &it); !s.ok()) return s;
   if (it->static_bytes + smem <= 48 * 1024 || smem <= it->allowed) return Status();
-  int optin = 0;
-  error = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (error != cudaSuccess) return cuda_status(error, op, "querying the device");
+  if (Status s = shared_entry(op, kernel, true, &it); !s.ok()) return s;
+  const int optin = it->optin;
   if (it->static_bytes + smem > static_cast<size_t>(optin)) {
     return Status(StatusCode::kInvalidArgument,
                   std::string(op) + ": the problem needs " +
@@ -57,8 +85,8 @@ Status allow_dynamic_smem(const char* op, const void* kernel, size_t smem) {
                       " bytes of shared memory per block; this device gives at most " +
                       std::to_string(optin));
   }
-  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem));
+  const cudaError_t error = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (error != cudaSuccess) return cuda_status(error, op, "setting the shared-memory size");
   it->allowed = smem;
   return Status();
@@ -117,6 +145,13 @@ Status once_per_device(const char* op, const void* kernel, int question, bool* o
 
 }  // namespace
 
+Status clusters_allowed(const char* op, const void* kernel, bool* ok) {
+  return once_per_device(op, kernel, 0, ok, [](const char* o, const void* k, bool* image) {
+    cudaFuncAttributes attributes = {};
+    return cluster_image(o, k, &attributes, image);
+  });
+}
+
 Status dependent_launch(const char* op, const void* kernel, bool* ok) {
   *ok = false;
   static const bool enabled = [] {
@@ -124,10 +159,7 @@ Status dependent_launch(const char* op, const void* kernel, bool* ok) {
     return value == nullptr || std::strcmp(value, "0") != 0;
   }();
   if (!enabled) return Status();
-  return once_per_device(op, kernel, 0, ok, [](const char* o, const void* k, bool* image) {
-    cudaFuncAttributes attributes = {};
-    return cluster_image(o, k, &attributes, image);
-  });
+  return clusters_allowed(op, kernel, ok);
 }
 
 Status image_loads(const char* op, const void* kernel, bool* ok) {

@@ -20,9 +20,17 @@ Status cuda_status(cudaError_t error, const char* op, const char* what);
 /// kept per device, so that later launches ask the driver nothing.
 Status allow_dynamic_smem(const char* op, const void* kernel, size_t smem);
 
+/// The most dynamic shared memory a block of `kernel` may have on the current device: the opt-in
+/// limit less the kernel's static shared memory. Remembered per kernel and device, as
+/// allow_dynamic_smem's answers are.
+Status max_dynamic_smem(const char* op, const void* kernel, size_t* bytes);
+
 /// Sets *ok when `kernel` may use thread-block clusters (and bulk copies) on the current device:
 /// sm_90 or newer, running an image compiled from sm_90 PTX or newer. Fills *attributes.
 Status cluster_image(const char* op, const void* kernel, cudaFuncAttributes* attributes, bool* ok);
+
+/// cluster_image's answer, asked once per kernel and device.
+Status clusters_allowed(const char* op, const void* kernel, bool* ok);
 
 /// Sets *ok when `kernel` is launched as dependent on the kernel before it in the stream
 /// (LaunchConfig's `dependent`): where cluster_image allows, so that the kernel's

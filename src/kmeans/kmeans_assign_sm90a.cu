@@ -568,18 +568,12 @@ bool wgmma_runs() {
          loads;
 }
 
-/// Centroids the slab kernel holds at once for rows of k_blocks 128-byte blocks: at most
-/// kSlabChunks chunks and what the device's shared memory takes (0: not one chunk).
-inline Status slab_rows_for(int64_t k, int k_blocks, int* rows) {
-  int device = 0, most = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
-    return cuda_status(e, kOp, "asking for the current device");
-  }
-  if (cudaError_t e =
-          cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      e != cudaSuccess) {
-    return cuda_status(e, kOp, "asking for the shared memory of a block");
-  }
+/// Centroids the slab kernel (`kernel`) holds at once for rows of k_blocks 128-byte blocks: at
+/// most kSlabChunks chunks and what the device's shared memory takes (0: not one chunk).
+inline Status slab_rows_for(const void* kernel, int64_t k, int k_blocks, int* rows) {
+  size_t room = 0;
+  if (Status s = max_dynamic_smem(kOp, kernel, &room); !s.ok()) return s;
+  const int64_t most = static_cast<int64_t>(room);
   const int64_t fixed = static_cast<int64_t>(slab_smem(k_blocks, 0));
   const int64_t fit = (most - fixed) / (k_blocks * 128 + 4) / kWgmmaN * kWgmmaN;
   const int64_t want = (k + kWgmmaN - 1) / kWgmmaN * kWgmmaN;
@@ -628,7 +622,11 @@ Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched
   // More centroids than one chunk, 128 dimensions or fewer: the slab kernel.
   if (k_blocks <= 2 && call.k > kWgmmaN) {
     int slab_rows = 0;
-    if (Status s = slab_rows_for(call.k, k_blocks, &slab_rows); !s.ok()) return s;
+    const auto kernel = k_blocks == 1 ? assign_slab_kernel<T, 1> : assign_slab_kernel<T, 2>;
+    if (Status s =
+            slab_rows_for(reinterpret_cast<const void*>(kernel), call.k, k_blocks, &slab_rows);
+        !s.ok())
+      return s;
     if (slab_rows > 0) {
       return k_blocks == 1 ? launch_slabs<T, 1>(call, slab_rows, stream, launched_here)
                            : launch_slabs<T, 2>(call, slab_rows, stream, launched_here);

@@ -144,10 +144,34 @@ __device__ __forceinline__ void add_distance_terms(float y, float c, float& dot,
   dd = fmaf(y - c, y - c, dd);
 }
 
+/// The sum of v over the kL lanes of a row's group (lanes kL-aligned); every lane gets it.
+template <int kL>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int o = kL / 2; o > 0; o >>= 1)
+    v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+/// Each lane's acc plus the same lane's of the warp's other groups of kL lanes, the groups added
+/// in a fixed order (the lower group first): every group gets the warp's sums.
+template <int kL, int kN>
+__device__ __forceinline__ void add_groups(float (&acc)[kN], int lane) {
+#pragma unroll
+  for (int o = kL; o < kWarp; o <<= 1) {
+#pragma unroll
+    for (int e = 0; e < kN; ++e) {
+      const float other = __shfl_xor_sync(kFull, acc[e], o);
+      acc[e] = (lane & o) != 0 ? other + acc[e] : acc[e] + other;
+    }
+  }
+}
+
 /// A point's distance to its centroid from its kL lanes' terms: L2 |y - c|^2, cosine
 /// 1 - y . c / |y| (1 for a zero vector); every lane of the group gets it.
 template <int kL>
 __device__ __forceinline__ float group_distance(float dot, float yy, float dd, bool cosine) {
+  // (The three sums interleaved, so that their shuffles overlap.)
 #pragma unroll
   for (int o = kL / 2; o > 0; o >>= 1) {
     dot += __shfl_xor_sync(kFull, dot, o);
@@ -187,19 +211,18 @@ __device__ __forceinline__ uint4 load_piece(const T* row, int piece, int row_pie
 
 /// Calls launch(kL, kQ) (as integral constants) for rows of d values of T read in 16-byte
 /// pieces: kL lanes a row, the fewest powers of two of pieces that cover it (8 to 32), kQ pieces
-/// each (2 past 32 pieces).
+/// each (2 past 32 pieces); returns what it returns.
 template <typename T, typename Launch>
-void with_row_lanes(int64_t d, Launch&& launch) {
+auto with_row_lanes(int64_t d, Launch&& launch) {
   const int64_t pieces = (d + kPieceValues<T> - 1) / kPieceValues<T>;
   if (pieces <= 8) {
-    launch(std::integral_constant<int, 8>(), std::integral_constant<int, 1>());
+    return launch(std::integral_constant<int, 8>(), std::integral_constant<int, 1>());
   } else if (pieces <= 16) {
-    launch(std::integral_constant<int, 16>(), std::integral_constant<int, 1>());
+    return launch(std::integral_constant<int, 16>(), std::integral_constant<int, 1>());
   } else if (pieces <= 32) {
-    launch(std::integral_constant<int, 32>(), std::integral_constant<int, 1>());
-  } else {
-    launch(std::integral_constant<int, 32>(), std::integral_constant<int, 2>());
+    return launch(std::integral_constant<int, 32>(), std::integral_constant<int, 1>());
   }
+  return launch(std::integral_constant<int, 32>(), std::integral_constant<int, 2>());
 }
 
 // ---- host

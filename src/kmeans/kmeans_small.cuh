@@ -19,8 +19,6 @@
 // the points are read from memory once.
 #include <cub/block/block_scan.cuh>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -95,7 +93,7 @@ struct SmallArgs {
   float* distances;    // [batch, n]: each point's distance to its centroid
 };
 
-/// A piece of 16 bytes of T as floats, and back (the operand's rounding).
+/// A piece of 16 bytes of T as floats.
 template <typename T>
 __device__ __forceinline__ void piece_to_floats(const uint4& raw, float (&f)[kPieceValues<T>]) {
   const T* t = reinterpret_cast<const T*>(&raw);
@@ -186,9 +184,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
         for (int e = 0; e < kV; ++e)
           s = fmaf(f[e] - m[e], f[e] - m[e], s);
       }
-#pragma unroll
-      for (int o = kL / 2; o > 0; o >>= 1)
-        s += __shfl_xor_sync(kFull, s, o);
+      s = group_sum<kL>(s);
       if (r < rows_here && part == 0) w[r] = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
     }
   } else {
@@ -354,14 +350,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
               acc[e] = fmaf(f[e] - m[e], scale[u], acc[e]);
           }
         }
-#pragma unroll
-        for (int o = kL; o < kWarp; o <<= 1) {
-#pragma unroll
-          for (int e = 0; e < kV; ++e) {
-            const float other = __shfl_xor_sync(kFull, acc[e], o);
-            acc[e] = (lane & o) != 0 ? other + acc[e] : acc[e] + other;
-          }
-        }
+        add_groups<kL>(acc, lane);
         if (sub == 0 && part < pieces) {
 #pragma unroll
           for (int e = 0; e < kV; e += 4) {
@@ -473,46 +462,21 @@ Status plan_small_fit(const Call& call, int* blocks, size_t* smem) {
   const int want = static_cast<int>((p.n + kSmallRows - 1) / kSmallRows);
   const SmallLayout l =
       small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), want);
-  // What the device offers, asked once per device: the shared memory a block may have (less the
-  // kernel's static part, + 1), and whether the kernel may run as clusters (+ 1).
-  constexpr int kDevices = 64;
-  static std::atomic<int> room_known[kDevices] = {};
-  static std::atomic<int> clusters_known[kDevices] = {};
-  int device = 0;
-  if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) {
-    return cuda_status(e, kOp, "asking for the current device");
-  }
-  if (device >= kDevices) return Status();
-  if (room_known[device].load(std::memory_order_relaxed) == 0) {
-    int most = 0;
-    if (cudaError_t e =
-            cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-        e != cudaSuccess) {
-      return cuda_status(e, kOp, "asking for the shared memory of a block");
-    }
-    const auto kernel = small_fit_kernel<T, kWarp>;  // (the static shared memory of every kL)
-    cudaFuncAttributes attributes = {};
+  // The kernel's static shared memory is the same for every kL.
+  const void* kernel = reinterpret_cast<const void*>(small_fit_kernel<T, kWarp>);
+  size_t room = 0;
+  if (Status s = max_dynamic_smem(kOp, kernel, &room); !s.ok()) return s;
+  if (static_cast<size_t>(l.bytes) > room) return Status();
+  if (want > 1) {
     bool ok = false;
-    if (Status s = cluster_image(kOp, reinterpret_cast<const void*>(kernel), &attributes, &ok);
-        !s.ok()) {
-      return s;
-    }
-    if (cudaError_t e = cudaFuncGetAttributes(&attributes, kernel); e != cudaSuccess) {
-      return cuda_status(e, kOp, "reading the small problems' kernel");
-    }
-    clusters_known[device].store(ok ? 2 : 1, std::memory_order_relaxed);
-    room_known[device].store(std::max(most - static_cast<int>(attributes.sharedSizeBytes), 0) + 1,
-                             std::memory_order_relaxed);
+    if (Status s = clusters_allowed(kOp, kernel, &ok); !s.ok() || !ok) return s;
   }
-  if (l.bytes > room_known[device].load(std::memory_order_relaxed) - 1) return Status();
-  if (want > 1 && clusters_known[device].load(std::memory_order_relaxed) != 2) return Status();
   *blocks = want;
   *smem = static_cast<size_t>(l.bytes);
   return Status();
 }
 
-/// Runs params.n_iters iterations of call's fit in one launch of `blocks` blocks per problem;
-/// call.centroids holds the initial centroids, and the fitted ones after.
+/// Launches small_fit_kernel with kL lanes a row.
 template <typename T, int kL>
 Status launch_small_kernel(const SmallArgs<T>& args, int64_t batch, size_t smem,
                            cudaStream_t stream) {
@@ -548,11 +512,14 @@ Status launch_small_fit(const Call& call, int n_iters, int blocks, size_t smem,
       call.points.d % 4 == 0 && reinterpret_cast<uintptr_t>(call.centroids) % 16 == 0,
       call.labels,
       call.scores};
-  // Lanes a row: the fewest powers of two of 16-byte pieces that cover it, 8 at least.
-  const int64_t pieces = call.d_pad * static_cast<int64_t>(sizeof(T)) / 16;
-  if (pieces <= 8) return launch_small_kernel<T, 8>(args, call.points.batch, smem, stream);
-  if (pieces <= 16) return launch_small_kernel<T, 16>(args, call.points.batch, smem, stream);
-  return launch_small_kernel<T, 32>(args, call.points.batch, smem, stream);
+  // Rows of at most 32 pieces (plan_small_fit): one piece a lane.
+  return with_row_lanes<T>(call.d_pad, [&](auto lanes, auto pieces) {
+    if constexpr (decltype(pieces)::value == 1) {
+      return launch_small_kernel<T, decltype(lanes)::value>(args, call.points.batch, smem, stream);
+    } else {
+      return Status();  // (not reached)
+    }
+  });
 }
 
 }  // namespace

@@ -196,9 +196,7 @@ __global__ void __launch_bounds__(kSumWarps * 32, kQ == 1 ? 4 : 2) sum_kernel(Su
               norm = fmaf(f, f, norm);
             }
           }
-#pragma unroll
-          for (int o = kL / 2; o > 0; o >>= 1)
-            norm += __shfl_xor_sync(kFull, norm, o);
+          norm = group_sum<kL>(norm);
           scale = valid && norm > 0.0f ? 1.0f / sqrtf(norm) : 0.0f;
         }
 #pragma unroll
@@ -213,16 +211,8 @@ __global__ void __launch_bounds__(kSumWarps * 32, kQ == 1 ? 4 : 2) sum_kernel(Su
   }
   // The row groups' sums, added in a fixed order (the lower group first).
 #pragma unroll
-  for (int o = kL; o < kWarp; o <<= 1) {
-#pragma unroll
-    for (int q = 0; q < kQ; ++q) {
-#pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        const float other = __shfl_xor_sync(kFull, acc[q][e], o);
-        acc[q][e] = (lane & o) != 0 ? other + acc[q][e] : acc[q][e] + other;
-      }
-    }
-  }
+  for (int q = 0; q < kQ; ++q)
+    add_groups<kL>(acc[q], lane);
   float scale;
   if (args.cosine) {
     float s2 = 0.0f;
@@ -232,9 +222,7 @@ __global__ void __launch_bounds__(kSumWarps * 32, kQ == 1 ? 4 : 2) sum_kernel(Su
       for (int e = 0; e < kV; ++e)
         s2 = fmaf(acc[q][e], acc[q][e], s2);
     }
-#pragma unroll
-    for (int o = kL / 2; o > 0; o >>= 1)
-      s2 += __shfl_xor_sync(kFull, s2, o);
+    s2 = group_sum<kL>(s2);
     if (s2 <= 0.0f) return;  // a zero sum keeps the centroid
     scale = 1.0f / sqrtf(s2);
   } else {
