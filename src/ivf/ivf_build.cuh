@@ -12,6 +12,7 @@
 //   the index: CSR offsets, sizes and the largest, the centroids (float32 and the keys' dtype),
 //              ids, keys and values copied in cluster order, each cluster's value sum in order.
 #include "core/launch.h"
+#include "core/vector.cuh"
 #include "ivf/ivf_plan.h"
 #include "kmeans/kmeans_update.cuh"
 
@@ -29,29 +30,63 @@ P* at(unsigned char* base, size_t offset) {
   return reinterpret_cast<P*>(base + offset);
 }
 
-/// Means of 32 columns of one head: warp w sums rows w, w + 8, ...; the 8 partial sums are added
-/// in order. Written to the index and to each of the head's segments.
+/// Column sums of the rows of part blockIdx.y (of kMeanParts) of head blockIdx.x, into
+/// parts[h, part, :]: P = d / 8 lanes a row, each adding its 16-byte piece of every
+/// (256 / P)-th row in row order; the row slots' sums are then added in order.
 template <typename T>
 __global__ void __launch_bounds__(256)
-    head_means_kernel(const T* keys, int64_t seq, int d, int64_t n_segments, float* means,
-                      float* seg_means) {
-  __shared__ float partial[8][32];
-  const int column_blocks = (d + 31) / 32;
-  const int64_t h = blockIdx.x / column_blocks;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int c = static_cast<int>(blockIdx.x % column_blocks) * 32 + lane;
+    head_sums_kernel(const T* keys, int64_t seq, int d, float* parts) {
+  __shared__ float slot_sums[256 * 8];  // [row slot, d]
+  const int pieces = d / 8, slots = 256 / pieces;
+  const int slot = static_cast<int>(threadIdx.x) / pieces, piece = threadIdx.x % pieces;
+  const int64_t h = blockIdx.x, per = (seq + kMeanParts - 1) / kMeanParts;
+  const int64_t first = min(seq, per * blockIdx.y), last = min(seq, first + per);
   const T* head = keys + h * seq * d;
-  float s = 0.0f;
-  if (c < d) {
-    for (int64_t i = warp; i < seq; i += 8)
-      s += to_float(head[i * d + c]);
+  float acc[8] = {};
+  if (slot < slots) {
+    int64_t r = first + slot;
+    // Four rows in flight before any is added.
+    for (; r + 3 * slots < last; r += 4 * slots) {
+      Vec<T, 8> x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+        x[u] = load_vec<T, 8>(head + (r + u * slots) * d + piece * 8);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc[e] += to_float(x[u].v[e]);
+      }
+    }
+    for (; r < last; r += slots) {
+      const Vec<T, 8> x = load_vec<T, 8>(head + r * d + piece * 8);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        acc[e] += to_float(x.v[e]);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      slot_sums[slot * d + piece * 8 + e] = acc[e];
   }
-  partial[warp][lane] = s;
   __syncthreads();
-  if (warp == 0 && c < d) {
+  for (int c = threadIdx.x; c < d; c += 256) {
     float total = 0.0f;
-    for (int w = 0; w < 8; ++w)
-      total += partial[w][lane];
+    for (int q = 0; q < slots; ++q)
+      total += slot_sums[q * d + c];
+    parts[(h * kMeanParts + blockIdx.y) * d + c] = total;
+  }
+}
+
+/// Each head's mean from its parts' sums, added in order: written to the index and to each of the
+/// head's segments.
+__global__ void __launch_bounds__(256)
+    head_means_kernel(const float* parts, int64_t seq, int d, int64_t n_segments, float* means,
+                      float* seg_means) {
+  const int64_t h = blockIdx.x;
+  for (int c = threadIdx.x; c < d; c += 256) {
+    float total = 0.0f;
+    for (int q = 0; q < kMeanParts; ++q)
+      total += parts[(h * kMeanParts + q) * d + c];
     const float mean = total / static_cast<float>(seq);
     means[h * d + c] = mean;
     for (int64_t g = 0; g < n_segments; ++g)
@@ -271,9 +306,12 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
   float* means = at<float>(ix, call.index.means);
   const T* keys = static_cast<const T*>(call.keys);
 
-  const int column_blocks = (d + 31) / 32;
-  head_means_kernel<T><<<static_cast<unsigned>(s.heads * column_blocks), 256, 0, stream>>>(
-      keys, call.seq, d, call.n_segments, means, seg_means);
+  float* mean_parts = at<float>(ws, w.mean_parts);
+  head_sums_kernel<T><<<dim3(static_cast<unsigned>(s.heads), kMeanParts), 256, 0, stream>>>(
+      keys, call.seq, d, mean_parts);
+  if (Status st = launched(stream); !st.ok()) return st;
+  head_means_kernel<<<static_cast<unsigned>(s.heads), 256, 0, stream>>>(
+      mean_parts, call.seq, d, call.n_segments, means, seg_means);
   if (Status st = launched(stream); !st.ok()) return st;
   segment_offsets_kernel<<<blocks_for(problems + 1, 256), 256, 0, stream>>>(
       s.heads, call.seq, call.n_segments, seg_offsets);

@@ -137,6 +137,7 @@ Status build_layout(const char* op, const IvfShape& s, int64_t seq, const IvfBui
                     BuildLayout* l) {
   const int64_t problems = s.heads * params.n_segments;  // <= heads * seq, checked
   Pieces p;
+  l->mean_parts = p.add({s.heads, kMeanParts, s.dim, 4});
   l->seg_offsets = p.add({problems + 1, 8});
   l->seg_means = p.add({problems, s.dim, 4});
   l->centroids = p.add({s.heads, params.n_clusters, s.dim, 4});

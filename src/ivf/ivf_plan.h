@@ -19,8 +19,12 @@ inline constexpr int64_t kMaxClusters = 32768;
 /// Most dimensions of keys and values.
 inline constexpr int64_t kMaxDim = 512;
 
+/// Row ranges of a head whose column sums its mean adds in order (so that every SM reads keys).
+inline constexpr int kMeanParts = 64;
+
 /// The workspace of a build, every piece 256-byte aligned (byte offsets).
 struct BuildLayout {
+  size_t mean_parts = 0;   // [H, kMeanParts, D] float32: column sums of each head's row ranges
   size_t seg_offsets = 0;  // [H * n_segments + 1] int64: each segment's first row of [H * S, D]
   size_t seg_means = 0;    // [H * n_segments, D] float32: its head's mean
   size_t centroids = 0;    // [H, C, D] float32: the segments' centroids, head by head

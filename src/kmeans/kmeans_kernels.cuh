@@ -240,7 +240,7 @@ template <typename T>
 struct FinishArgs {
   Rows<T> rows;
   const int32_t* labels;   // [batch, n]
-  const float* distances;  // [batch, n]
+  const float* distances;  // [batch, n], or null (no objective, no distances given)
   int32_t* out_labels;     // by row of the points (offsets) or [batch, n]; may be null
   float* out_distances;    // likewise; may be null
   int32_t* sizes;          // [batch, k], zeroed; may be null
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(256) finish_kernel(FinishArgs<T> args) {
   for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
     const int64_t p = b * args.rows.n + i;
     const int label = args.labels[p];
-    const float dist = args.distances[p];
+    const float dist = args.distances != nullptr ? args.distances[p] : 0.0f;
     sum += dist;
     if (args.out_labels != nullptr) args.out_labels[base + i] = label;
     if (args.out_distances != nullptr) args.out_distances[base + i] = dist;
@@ -314,11 +314,16 @@ Status launch_results(const Call& call, int32_t* out_labels, float* out_distance
 }
 
 /// Distances of every point to its centroid, then labels (and distances) by row, sizes and the
-/// objective.
+/// objective. Without distances or an objective to give (the IVF build's calls), no distances.
 template <typename T, typename C>
 Status launch_finish(const Call& call, const C* centroids, int32_t* out_labels,
                      float* out_distances, int32_t* sizes, float* objective, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
+  if (out_distances == nullptr && objective == nullptr) {
+    Call labels_only = call;
+    labels_only.scores = nullptr;
+    return launch_results<T>(labels_only, out_labels, nullptr, sizes, nullptr, stream);
+  }
   const DistanceArgs<T, C> distance{
       rows_of<T>(p), call.labels,           centroids, call.center ? call.means : nullptr,
       call.k,        static_cast<int>(p.d), p.batch,   call.metric == KmeansMetric::kCosine,

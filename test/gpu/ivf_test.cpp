@@ -608,6 +608,23 @@ std::vector<SearchCase> SearchCases() {
     big.k = 333;
     big.n_probe = 77;
     cases.push_back(big);
+    // Rows longer than a block's registers hold (8192 items): more clusters and more candidates
+    // than that (every cluster probed: the exact top k), then some of them.
+    SearchCase tiled;
+    tiled.build.dtype = dtype;
+    tiled.build.heads = 1;
+    tiled.build.seq = 17000;
+    tiled.build.dim = 64;
+    tiled.build.clusters = 16400;
+    tiled.build.segments = 1;
+    tiled.build.n_iters = 1;
+    tiled.q_heads = 2;
+    tiled.n_queries = 2;
+    tiled.k = 1000;
+    tiled.n_probe = 16400;
+    cases.push_back(tiled);
+    tiled.n_probe = 3000;
+    cases.push_back(tiled);
   }
   return cases;
 }
