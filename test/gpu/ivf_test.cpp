@@ -548,22 +548,32 @@ TEST_P(IvfSearchCases, MatchesReference) {
   EXPECT_TRUE(CheckSearch(GetParam()));
 }
 
+/// A search case: heads x seq keys of dim dimensions into clusters by segments, n_iters each;
+/// q_heads query heads of n_queries queries; the k best of n_probe clusters.
+SearchCase Search(DType dtype, int64_t heads, int64_t seq, int64_t dim, int64_t clusters,
+                  int64_t segments, int n_iters, int64_t q_heads, int64_t n_queries, int64_t k,
+                  int64_t n_probe) {
+  SearchCase c;
+  c.build.dtype = dtype;
+  c.build.heads = heads;
+  c.build.seq = seq;
+  c.build.dim = dim;
+  c.build.clusters = clusters;
+  c.build.segments = segments;
+  c.build.n_iters = n_iters;
+  c.q_heads = q_heads;
+  c.n_queries = n_queries;
+  c.k = k;
+  c.n_probe = n_probe;
+  return c;
+}
+
 std::vector<SearchCase> SearchCases() {
   std::vector<SearchCase> cases;
   for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
-    SearchCase c;
-    c.build.dtype = dtype;
-    c.build.heads = 2;
-    c.build.seq = 1500;
-    c.build.dim = 64;
-    c.build.clusters = 30;
-    c.build.segments = 3;
+    SearchCase c = Search(dtype, 2, 1500, 64, 30, 3, 4, 8, 3, 50, 4);  // query groups of 4
     c.build.capacity = 1600;
     c.build.max_clusters = 40;
-    c.q_heads = 8;  // groups of 4
-    c.n_queries = 3;
-    c.k = 50;
-    c.n_probe = 4;
     cases.push_back(c);
     c.n_probe = 30;  // every cluster: the exact top k
     cases.push_back(c);
@@ -574,17 +584,7 @@ std::vector<SearchCase> SearchCases() {
     c.n_probe = 5;
     c.max_candidates = 1500;
     cases.push_back(c);
-    SearchCase wide;
-    wide.build.dtype = dtype;
-    wide.build.heads = 1;
-    wide.build.seq = 2049;
-    wide.build.dim = 128;
-    wide.build.clusters = 32;
-    wide.build.segments = 2;
-    wide.q_heads = 1;
-    wide.n_queries = 5;
-    wide.k = 100;
-    wide.n_probe = 6;
+    SearchCase wide = Search(dtype, 1, 2049, 128, 32, 2, 4, 1, 5, 100, 6);
     cases.push_back(wide);
     wide.build.dim = 96;  // lanes with one 8-value chunk of 96 and none of the rest
     wide.k = 7;
@@ -592,36 +592,14 @@ std::vector<SearchCase> SearchCases() {
     cases.push_back(wide);
     // More rows per kv head than a score block holds, more clusters than a select's digit, the
     // largest k, every cluster probed: the exact top k.
-    SearchCase big;
-    big.build.dtype = dtype;
-    big.build.heads = 2;
-    big.build.seq = 5001;
-    big.build.dim = 256;
-    big.build.clusters = 2400;
-    big.build.segments = 3;
-    big.build.n_iters = 3;
-    big.q_heads = 4;
-    big.n_queries = 9;
-    big.k = kIvfMaxK;
-    big.n_probe = 2400;
+    SearchCase big = Search(dtype, 2, 5001, 256, 2400, 3, 3, 4, 9, kIvfMaxK, 2400);
     cases.push_back(big);
     big.k = 333;
     big.n_probe = 77;
     cases.push_back(big);
     // Rows longer than a block's registers hold (8192 items): more clusters and more candidates
     // than that (every cluster probed: the exact top k), then some of them.
-    SearchCase tiled;
-    tiled.build.dtype = dtype;
-    tiled.build.heads = 1;
-    tiled.build.seq = 17000;
-    tiled.build.dim = 64;
-    tiled.build.clusters = 16400;
-    tiled.build.segments = 1;
-    tiled.build.n_iters = 1;
-    tiled.q_heads = 2;
-    tiled.n_queries = 2;
-    tiled.k = 1000;
-    tiled.n_probe = 16400;
+    SearchCase tiled = Search(dtype, 1, 17000, 64, 16400, 1, 1, 2, 2, 1000, 16400);
     cases.push_back(tiled);
     tiled.n_probe = 3000;
     cases.push_back(tiled);
