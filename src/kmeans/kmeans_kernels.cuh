@@ -297,7 +297,8 @@ Status launch_operand(const Call& call, const C* centroids, cudaStream_t stream)
   return launched(stream);
 }
 
-/// Labels and distances by row (from call.labels and call.scores), sizes and the objective.
+/// Labels and distances by row (from call.labels and call.scores), sizes and the objective; the
+/// distances are not read where neither they nor the objective are asked for.
 template <typename T>
 Status launch_results(const Call& call, int32_t* out_labels, float* out_distances, int32_t* sizes,
                       float* objective, cudaStream_t stream) {
@@ -307,8 +308,10 @@ Status launch_results(const Call& call, int32_t* out_labels, float* out_distance
     if (const cudaError_t error = cudaMemsetAsync(sizes, 0, bytes, stream); error != cudaSuccess)
       return cuda_status(error, kOp, "clearing the sizes");
   }
-  FinishArgs<T> args{rows_of<T>(p), call.labels, call.scores, out_labels,
-                     out_distances, sizes,       objective,   call.k};
+  const bool distances = out_distances != nullptr || objective != nullptr;
+  FinishArgs<T> args{rows_of<T>(p), call.labels,   distances ? call.scores : nullptr,
+                     out_labels,    out_distances, sizes,
+                     objective,     call.k};
   finish_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(args);
   return launched(stream);
 }
@@ -320,9 +323,7 @@ Status launch_finish(const Call& call, const C* centroids, int32_t* out_labels,
                      float* out_distances, int32_t* sizes, float* objective, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
   if (out_distances == nullptr && objective == nullptr) {
-    Call labels_only = call;
-    labels_only.scores = nullptr;
-    return launch_results<T>(labels_only, out_labels, nullptr, sizes, nullptr, stream);
+    return launch_results<T>(call, out_labels, nullptr, sizes, nullptr, stream);
   }
   const DistanceArgs<T, C> distance{
       rows_of<T>(p), call.labels,           centroids, call.center ? call.means : nullptr,

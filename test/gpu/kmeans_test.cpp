@@ -76,6 +76,18 @@ struct Case {
   std::vector<double> means;  // KmeansParams::means ([batch, d], float32 values), or empty
 };
 
+/// A case of batch problems of n points of d dimensions of dtype into k clusters (the other
+/// fields their defaults).
+Case Shaped(DType dtype, int64_t batch, int64_t n, int64_t d, int64_t k) {
+  Case c;
+  c.dtype = dtype;
+  c.batch = batch;
+  c.n = n;
+  c.d = d;
+  c.k = k;
+  return c;
+}
+
 /// Means to give a case: problems in pairs share one (as the segments of a head do), each value
 /// a float32 near the mixture's centres.
 std::vector<double> GivenMeans(int64_t batch, int64_t d) {
@@ -461,13 +473,8 @@ std::vector<Case> Cases() {
   for (DType dtype : kDtypes) {
     for (const Shape& s : shapes) {
       for (KmeansMetric metric : {KmeansMetric::kL2, KmeansMetric::kCosine}) {
-        Case c;
-        c.dtype = dtype;
+        Case c = Shaped(dtype, s.batch, s.n, s.d, s.k);
         c.metric = metric;
-        c.batch = s.batch;
-        c.n = s.n;
-        c.d = s.d;
-        c.k = s.k;
         cases.push_back(c);
         c.center = true;
         c.iters = 5;
@@ -475,20 +482,10 @@ std::vector<Case> Cases() {
       }
     }
     // d at the largest supported, and 16-bit rows of 512.
-    Case wide;
-    wide.dtype = dtype;
-    wide.batch = 2;
-    wide.n = 150;
-    wide.d = dtype == DType::kFloat32 ? 256 : 512;
-    wide.k = 9;
+    Case wide = Shaped(dtype, 2, 150, dtype == DType::kFloat32 ? 256 : 512, 9);
     cases.push_back(wide);
     // Initialisations, empty-cluster rules, centroid dtype, row strides, offsets.
-    Case c;
-    c.dtype = dtype;
-    c.batch = 3;
-    c.n = 333;
-    c.d = 64;
-    c.k = 12;
+    Case c = Shaped(dtype, 3, 333, 64, 12);
     c.init = KmeansInit::kRandom;
     cases.push_back(c);
     c.init = KmeansInit::kGiven;
@@ -505,12 +502,7 @@ std::vector<Case> Cases() {
     cases.push_back(c);
     c.metric = KmeansMetric::kCosine;
     cases.push_back(c);
-    Case var;
-    var.dtype = dtype;
-    var.batch = 5;
-    var.n = 400;
-    var.d = 32;
-    var.k = 7;
+    Case var = Shaped(dtype, 5, 400, 32, 7);
     var.lengths = {400, 0, 3, 129, 250};
     var.center = true;
     cases.push_back(var);
@@ -524,21 +516,11 @@ std::vector<Case> Cases() {
     cases.push_back(var);
     // An extension of the IVF index: 1024 tokens of a head into 64 clusters, spherical, the
     // head's mean given.
-    Case extend;
-    extend.dtype = dtype;
+    Case extend = Shaped(dtype, 6, 1024, 128, 64);
     extend.metric = KmeansMetric::kCosine;
-    extend.batch = 6;
-    extend.n = 1024;
-    extend.d = 128;
-    extend.k = 64;
     extend.means = GivenMeans(extend.batch, extend.d);
     cases.push_back(extend);
-    Case strided;
-    strided.dtype = dtype;
-    strided.batch = 4;
-    strided.n = 257;
-    strided.d = 96;
-    strided.k = 9;
+    Case strided = Shaped(dtype, 4, 257, 96, 9);
     strided.iters = 4;
     strided.means = GivenMeans(strided.batch, strided.d);
     cases.push_back(strided);
@@ -556,14 +538,9 @@ TEST(Kmeans, RepeatableOnAnyStreamAndInAGraph) {
        {std::tuple{DType::kFloat32, 2000, 100}, std::tuple{DType::kFloat16, 2000, 100},
         std::tuple{DType::kBFloat16, 2000, 100}, std::tuple{DType::kFloat16, 1500, 48},
         std::tuple{DType::kBFloat16, 1500, 48}}) {
-    Case c;
-    c.dtype = dtype;
+    Case c = Shaped(dtype, 6, n, 128, k);
     c.metric = KmeansMetric::kCosine;
     c.center = true;
-    c.batch = 6;
-    c.n = n;
-    c.d = 128;
-    c.k = k;
     c.iters = 4;
     const ref::KmeansLayout layout = LayoutOf(c);
     const HostArray x = MixturePoints(dtype, layout, RowsOf(layout), 40, 5);
@@ -598,12 +575,7 @@ TEST(KmeansAssign, MatchesReference) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) +
                      (metric == KmeansMetric::kCosine ? " cosine" : " l2") +
                      (with_means ? " means" : "") + " k " + std::to_string(k));
-        Case c;
-        c.dtype = dtype;
-        c.batch = batch;
-        c.n = n;
-        c.d = d;
-        c.k = k;
+        const Case c = Shaped(dtype, batch, n, d, k);
         const ref::KmeansLayout layout = LayoutOf(c);
         const HostArray x = MixturePoints(dtype, layout, RowsOf(layout), 30, 11);
         std::mt19937_64 rng(3);
