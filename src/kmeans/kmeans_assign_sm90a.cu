@@ -10,12 +10,14 @@
 // accumulators in registers) and keeps each row's running minimum of bias_j - alpha * y . c_j, as
 // the mma.sync kernel does. Two kernels:
 // - the slab kernel (more than 128 centroids, up to 128 dimensions): the centroids stay in shared
-//   memory, 512 at a time, while three warpgroups stream the points through;
+//   memory, 512 at a time, while a producer warpgroup streams the points through to two consumer
+//   warpgroups;
 // - the block kernel (the rest): a block of two warpgroups takes 128 points and walks the
 //   centroids 128 at a time, double-buffered by cp.async; two blocks per SM.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "kmeans/kmeans_device.cuh"
 
@@ -298,10 +300,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
   }
 }
 
-// ---- centroids resident, points streamed ----------------------------------------------------
+// ---- the slab kernel: centroids resident, points streamed ------------------------------------
 
-constexpr int kSlabGroups = 3;  // warpgroups, each on its own 64-point tiles
-constexpr int kSlabThreads = kSlabGroups * kWgThreads;
 constexpr int kSlabChunks = 4;  // chunks of kWgmmaN centroids a slab holds at most
 
 /// The slab kernel's arguments: each block takes `range` points of one problem (ranges per
@@ -313,23 +313,113 @@ struct SlabArgs {
   int slab_rows;
 };
 
-/// Bytes of dynamic shared memory of the slab kernel: the slab, its biases, two stages of 64
-/// points per warpgroup, and the slack that aligns the tiles to 1024 bytes.
+constexpr int kSlabConsumers = 2;  // consumer warpgroups, taking tiles alternately
+constexpr int kSlabThreads = (kSlabConsumers + 1) * kWgThreads;
+constexpr int kSlabStages = 4;  // 64-point tiles in shared memory
+constexpr int kSlabLag = 2;     // tiles whose loads a producer thread keeps in flight
+constexpr int kProducerRegs = 96;
+constexpr int kConsumerRegs = 200;
+// setmaxnreg moves registers within the block's allocation at launch (65536 / 384 threads, in
+// steps of 8: 168 each); asking for more than it holds waits forever.
+static_assert(kProducerRegs * kWgThreads + kConsumerRegs * kSlabConsumers * kWgThreads <=
+                  65536 / kSlabThreads / 8 * 8 * kSlabThreads,
+              "the warpgroups' registers fit the block's");
+
+/// Bytes of dynamic shared memory of the kernel: the slab, the point stages, the slab's biases,
+/// the stages' two mbarriers, and the slack that aligns the tiles to 1024 bytes.
 inline size_t slab_smem(int k_blocks, int slab_rows) {
   const size_t block = static_cast<size_t>(k_blocks) * 128;
-  return static_cast<size_t>(slab_rows) * (block + sizeof(float)) + kSlabGroups * 2 * 64 * block +
-         1024;
+  return static_cast<size_t>(slab_rows) * (block + sizeof(float)) + kSlabStages * 64 * block +
+         2 * kSlabStages * sizeof(uint64_t) + 1024;
 }
 
-__device__ __forceinline__ void group_barrier(int id) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kWgThreads) : "memory");
+__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count)
+               : "memory");
+#else
+  (void)bar;
+  (void)count;
+#endif
+}
+/// Arrives on the barrier (release: this thread's earlier shared-memory accesses are seen by
+/// whoever waits for the phase).
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
+#else
+  (void)bar;
+#endif
+}
+/// Waits until the barrier's phase of the given parity has completed (acquire).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred done;\nMBAR_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra MBAR_WAIT;\n}\n" ::"r"(smem_address(bar)),
+      "r"(parity)
+      : "memory");
+#else
+  (void)bar;
+  (void)parity;
+#endif
+}
+/// f(integral_constant<int, i>) for i = 0 .. kN - 1, in order.
+template <int kN, typename F, int... kI>
+__device__ __forceinline__ void unrolled_impl(F&& f, std::integer_sequence<int, kI...>) {
+  (f(std::integral_constant<int, kI>()), ...);
+}
+template <int kN, typename F>
+__device__ __forceinline__ void unrolled(F&& f) {
+  unrolled_impl<kN>(f, std::make_integer_sequence<int, kN>());
 }
 
-// The centroids stay in shared memory (a slab of slab_rows at a time, all of them where they fit)
-// while each warpgroup streams its 64-point tiles through two stages of its own: a tile's loads
-// run under the previous tile's products, and the three warpgroups, synchronised only per slab,
-// keep the tensor cores busy while each finds its minima. The rows' minima over earlier slabs are
-// read back from the results (write_best's merge).
+/// The consumer warpgroups' barrier (named barrier 1).
+template <int kThreads>
+__device__ __forceinline__ void consumer_barrier() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void registers_up() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void registers_down() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+/// v with its low 7 bits replaced by kCol: the minimum of such values is the minimum score and
+/// names its column in one instruction. Scores within 2^-16 of each other (relative) then rank by
+/// column position rather than value, far inside the products' own rounding.
+/// (One LOP3, K & (v | low7) with K = ~127 | kCol and low7 = 127 in a register: the compiler
+/// would otherwise mask and set in two.)
+template <uint32_t kCol>
+__device__ __forceinline__ float tagged(float v, uint32_t low7) {
+  uint32_t out;
+  asm("lop3.b32 %0, %1, %2, %3, 0xC8;\n"
+      : "=r"(out)
+      : "r"(__float_as_uint(v)), "n"(~127u | kCol), "r"(low7));
+  return __uint_as_float(out);
+}
+/// Two floats from shared memory (at a shared-space address).
+__device__ __forceinline__ float2 shared_float2(uint32_t address) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(address));
+  return v;
+}
+
+// The centroids stay in shared memory (a slab of slab_rows at a time; the rows' minima over
+// earlier slabs are read back from the results, write_best's merge). A producer warpgroup streams
+// the block's 64-point tiles through kSlabStages stages (cp.async; centred and weighed there;
+// handed over by mbarriers) and two consumer warpgroups take the tiles alternately, each issuing
+// a chunk's products before it finds the minima of the chunk before (two accumulator sets), so
+// that the tensor cores wait neither on loads nor on the arg-min. setmaxnreg moves the producer's
+// registers to the consumers.
 template <typename T, int kKBlocks>
 __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T> sa) {
   const AssignArgs<T>& args = sa.a;
@@ -340,10 +430,12 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   constexpr int pieces = kKBlocks * 8;  // 16-byte pieces of a row across K
   constexpr int kTileBytes = 64 * block_bytes;
   const int slab_rows = sa.slab_rows;
-  unsigned char* slab = smem;
   unsigned char* stages = smem + static_cast<size_t>(slab_rows) * block_bytes;
-  float* slab_bias = reinterpret_cast<float*>(stages + kSlabGroups * 2 * kTileBytes);
-  const uint32_t slab_addr = smem_address(slab);
+  float* slab_bias = reinterpret_cast<float*>(stages + kSlabStages * kTileBytes);
+  uint64_t* full = reinterpret_cast<uint64_t*>(slab_bias + slab_rows);
+  uint64_t* empty = full + kSlabStages;
+  const uint32_t slab_addr = smem_address(smem);
+  const uint32_t stages_addr = smem_address(stages);
 
   const int64_t b = blockIdx.x / args.tiles;
   const int64_t start = (blockIdx.x % args.tiles) * sa.range;
@@ -353,84 +445,70 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   const int64_t end = min(start + sa.range, len);
   if (start >= end) return;
   const int tid = static_cast<int>(threadIdx.x);
-  // (warp-uniform to the compiler, so that the loops it bounds are not divergent paths around the
-  // products, which would serialise them)
+  // (warp-uniform to the compiler: the products are not issued under a divergent branch)
   const int group = __shfl_sync(kFull, tid / kWgThreads, 0), gtid = tid % kWgThreads;
   const int warp = gtid / kWarp, lane = tid % kWarp, quad = lane % 4;
-  unsigned char* my_stages = stages + group * 2 * kTileBytes;
-  const uint32_t my_addr = smem_address(my_stages);
   const T* operand = args.operand + b * args.k * args.d_pad;
   const float* bias = args.bias + b * args.k;
   const int operand_bytes = args.d_pad * static_cast<int>(sizeof(T));
-  const int row_bytes = args.d * static_cast<int>(sizeof(T));
-  const int64_t n_tiles = (end - start + 63) / 64;  // the warpgroup takes group, group + 3, ...
-
-  // Each thread of the warpgroup moves one 16-byte piece (my_p) of every kRowStep-th row of a
-  // tile (my_r, my_r + kRowStep, ...): its source bytes, its swizzled place (row mod 8 is
-  // the same for all of them) and, where the points are centred, its 8 values of the mean are
-  // computed once.
-  constexpr int kRowStep = kWgThreads / pieces;
-  constexpr int kPasses = 64 / kRowStep;
-  static_assert(kRowStep % 8 == 0, "the swizzle's row phase is the same on every pass");
-  const int my_p = gtid % pieces, my_r = gtid / pieces;
-  const int my_bytes = max(0, min(16, row_bytes - my_p * 16));
-  const uint32_t my_place = swizzled(64, my_r, my_p);
-  const int64_t ld_bytes = args.rows.ld * static_cast<int64_t>(sizeof(T));
-  float my_mean[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    my_mean[e] = args.means != nullptr && my_p * 8 + e < args.d
-                     ? __ldg(args.means + b * args.d + my_p * 8 + e)
-                     : 0.0f;
+  const int64_t n_tiles = (end - start + 63) / 64;
+  if (tid < kSlabStages) {
+    mbar_init(&full[tid], 4);   // the producer's four warps
+    mbar_init(&empty[tid], 4);  // the consuming warpgroup's four warps
   }
-  // The warpgroup's tile `tile` into stage `stage`: rows past the end and values past d are zero.
-  auto load_tile = [&](int64_t tile, int stage) {
-    const int64_t row = start + tile * 64 + my_r;
+  __syncthreads();
+  if (group == kSlabConsumers) {
+    // The producer. A warp moves 16 rows of each tile: lane l the 16-byte piece l % pieces of rows
+    // 16 w + kRowsPer i + l / pieces (so that a warp's copy covers whole rows), and centres and
+    // weighs those pieces once they land. It runs ahead across slabs: the slab is the
+    // consumers'.
+    registers_down<kProducerRegs>();
+    constexpr int kRowsPer = kWarp / pieces;
+    constexpr int kPasses = 16 / kRowsPer;
+    const int my_p = lane % pieces, my_r = warp * 16 + lane / pieces;
+    const int row_bytes = args.d * static_cast<int>(sizeof(T));
+    const int my_bytes = max(0, min(16, row_bytes - my_p * 16));
+    const int64_t ld_bytes = args.rows.ld * static_cast<int64_t>(sizeof(T));
     const unsigned char* src = reinterpret_cast<const unsigned char*>(first) + my_p * 16;
-    const uint32_t dst = my_addr + stage * kTileBytes + my_place;
+    float my_mean[8];
 #pragma unroll
-    for (int i = 0; i < kPasses; ++i) {
-      const int64_t r = row + i * kRowStep;
-      const bool inside = r < end && my_bytes > 0;
-      copy16(dst + i * kRowStep * 128, inside ? src + r * ld_bytes : src, inside ? my_bytes : 0);
+    for (int e = 0; e < 8; ++e) {
+      my_mean[e] = args.means != nullptr && my_p * 8 + e < args.d
+                       ? __ldg(args.means + b * args.d + my_p * 8 + e)
+                       : 0.0f;
     }
-  };
-
-  for (int64_t j0 = 0; j0 < args.k; j0 += slab_rows) {
-    const int rows = args.k - j0 < slab_rows ? static_cast<int>(args.k - j0) : slab_rows;
-    const int chunks = (rows + kWgmmaN - 1) / kWgmmaN;
-    __syncthreads();  // every warpgroup is done with the previous slab
+    const int64_t steps = (args.k + slab_rows - 1) / slab_rows * n_tiles;
+    // Step g loads tile g % n_tiles of slab g / n_tiles and hands over step g - kSlabLag's.
 #pragma unroll 1
-    for (int idx = tid; idx < chunks * kWgmmaN * pieces; idx += kSlabThreads) {
-      const int r = idx / pieces, p = idx % pieces;
-      const int bytes = r < rows ? max(0, min(16, operand_bytes - p * 16)) : 0;
-      const unsigned char* src = reinterpret_cast<const unsigned char*>(operand) +
-                                 (bytes > 0 ? (j0 + r) * operand_bytes + p * 16 : 0);
-      // Chunks of kWgmmaN rows, each a swizzled tile of its own.
-      copy16(slab_addr + (r / kWgmmaN) * kWgmmaN * block_bytes + swizzled(kWgmmaN, r % kWgmmaN, p),
-             src, bytes);
-    }
-    // Columns past k score +inf: never the minimum.
-    for (int c = tid; c < chunks * kWgmmaN; c += kSlabThreads)
-      slab_bias[c] = c < rows ? __ldg(bias + j0 + c) : INFINITY;
-    if (group < n_tiles) load_tile(group, 0);
-    copy_commit();
-    copy_wait<0>();
-    fence_async_shared();
-    __syncthreads();
-
-    int stage = 0;
-#pragma unroll 1
-    for (int64_t tile = group; tile < n_tiles; tile += kSlabGroups, stage ^= 1) {
-      copy_wait<0>();  // this thread's pieces of the tile have landed
-      unsigned char* a_tile = my_stages + stage * kTileBytes;
-      const int64_t row0 = start + tile * 64;
-      if (args.means != nullptr) {
-        // Centred in place, before rounding, as the block kernel does (values past d stay 0).
+    for (int64_t g = 0; g < steps + kSlabLag; ++g) {
+      if (g < steps) {
+        const uint32_t s = static_cast<uint32_t>(g % kSlabStages);
+        if (g >= kSlabStages) mbar_wait(&empty[s], static_cast<uint32_t>(g / kSlabStages - 1) & 1);
+        const int64_t t = g % n_tiles;
+        const uint32_t dst = stages_addr + s * kTileBytes;
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
-          if (row0 + my_r + i * kRowStep >= end) continue;
-          uint4* at = reinterpret_cast<uint4*>(a_tile + my_place + i * kRowStep * 128);
+          const int r = my_r + i * kRowsPer;
+          const int64_t row = start + t * 64 + r;
+          const bool inside = row < end && my_bytes > 0;
+          copy16(dst + swizzled(64, r, my_p), inside ? src + row * ld_bytes : src,
+                 inside ? my_bytes : 0);
+        }
+      }
+      copy_commit();
+      if (g < kSlabLag) continue;
+      copy_wait<kSlabLag>();  // step g - kSlabLag's pieces have landed
+      const int64_t done = g - kSlabLag;
+      unsigned char* tile = stages + (done % kSlabStages) * kTileBytes;
+      const int64_t row0 = start + (done % n_tiles) * 64;
+      if (args.means != nullptr) {
+        // Centred in place before rounding, so that the products carry the precision of
+        // x - mean (values past d stay 0).
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          const int r = my_r + i * kRowsPer;
+          if (row0 + r >= end) continue;
+          uint4* at = reinterpret_cast<uint4*>(tile + swizzled(64, r, my_p));
           uint4 w = *at;
           T* v = reinterpret_cast<T*>(&w);
 #pragma unroll
@@ -439,11 +517,13 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
           *at = w;
         }
       }
-      if (j0 == 0 && args.point_w != nullptr) {
-        // Each row's squared length: the pieces' sums, added over the row's `pieces` lanes.
+      if (done < n_tiles && args.point_w != nullptr) {
+        // Each row's squared length (first slab only): the pieces' sums, added over the row's
+        // `pieces` lanes.
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
-          const uint4 w = *reinterpret_cast<const uint4*>(a_tile + my_place + i * kRowStep * 128);
+          const int r = my_r + i * kRowsPer;
+          const uint4 w = *reinterpret_cast<const uint4*>(tile + swizzled(64, r, my_p));
           const T* v = reinterpret_cast<const T*>(&w);
           float sq = 0.0f;
 #pragma unroll
@@ -454,103 +534,132 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
 #pragma unroll
           for (int o = 1; o < pieces; o <<= 1)
             sq += __shfl_xor_sync(kFull, sq, o);
-          const int64_t r = row0 + my_r + i * kRowStep;
-          if (my_p == 0 && r < end) {
-            args.point_w[b * args.rows.n + r] =
+          if (my_p == 0 && row0 + r < end) {
+            args.point_w[b * args.rows.n + row0 + r] =
                 args.cosine ? (sq > 0.0f ? 1.0f / sqrtf(sq) : 0.0f) : sq;
           }
         }
       }
       fence_async_shared();
-      // The tile is whole, and the warpgroup is done with the stage the next tile goes to.
-      group_barrier(1 + group);
-      if (tile + kSlabGroups < n_tiles) load_tile(tile + kSlabGroups, stage ^ 1);
-      copy_commit();
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&full[done % kSlabStages]);
+    }
+    return;
+  }
 
-      const uint32_t a_addr = smem_address(a_tile);
-      float best[2] = {INFINITY, INFINITY};
-      int best_j[2] = {INT32_MAX, INT32_MAX};
-      // The products of `chunk` into acc, issued and committed (not waited for).
-      auto issue = [&](float(&acc)[64], int chunk) {
-        multiply_chunk<T, kKBlocks>(acc, a_addr, 64, slab_addr + chunk * kWgmmaN * block_bytes);
-        wgmma_commit();
-      };
-      // Each row's running minimum and its first column (columns in increasing order, so a tie
-      // keeps the lower index), by selects alone: a branch on a lane's improvement is taken by
-      // nearly every warp anyway. Lane l holds columns 8 j + 2 (l % 4) + e of rows l / 4 (h = 0)
-      // and l / 4 + 8 (h = 1) of its warp's 16; each (h, e) is a chain of its own.
-      auto arg_min = [&](const float(&acc)[64], int chunk) {
-        const float* bj = slab_bias + chunk * kWgmmaN + 2 * quad;
-        float low[2][2] = {{INFINITY, INFINITY}, {INFINITY, INFINITY}};
-        int at[2][2] = {{0, 0}, {0, 0}};
+  // The consumers.
+  registers_up<kConsumerRegs>();
+  constexpr int kConsumerThreads = kSlabConsumers * kWgThreads;
+  float best[2];
+  int best_j[2];
+  int64_t j0 = 0;
+  // Each row's running minimum and its column, the column packed into the score (tagged): an
+  // FMA, a LOP3 and a minimum per score. Lane l holds columns 8 j + 2 (l % 4) + e of rows l / 4
+  // (h = 0) and l / 4 + 8 (h = 1) of its warp's 16; each (h, e) is a chain of its own.
+  const uint32_t bias_addr = smem_address(slab_bias) + 8 * quad;
+  uint32_t low7 = 127;
+  asm volatile("" : "+r"(low7));  // kept in a register for tagged's LOP3
+  auto arg_min = [&](const float(&acc)[64], int chunk) {
+    float low[2][2];
+    auto step = [&](auto j_constant) {
+      constexpr int j = decltype(j_constant)::value;
+      const float2 bv = shared_float2(bias_addr + (chunk * kWgmmaN + 8 * j) * 4);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const float2 bv = *reinterpret_cast<const float2*>(bj + 8 * j);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float v0 = fmaf(-args.alpha, acc[4 * j + 2 * h], bv.x);
-            const float v1 = fmaf(-args.alpha, acc[4 * j + 2 * h + 1], bv.y);
-            // The minimum by fminf (NaN never wins); the column's select hangs off it.
-            at[h][0] = v0 < low[h][0] ? j : at[h][0];
-            low[h][0] = fminf(low[h][0], v0);
-            at[h][1] = v1 < low[h][1] ? j : at[h][1];
-            low[h][1] = fminf(low[h][1], v1);
-          }
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int col0 = 8 * at[h][0] + 2 * quad, col1 = 8 * at[h][1] + 2 * quad + 1;
-          const bool odd = low[h][1] < low[h][0] || (low[h][1] == low[h][0] && col1 < col0);
-          const float lowest = odd ? low[h][1] : low[h][0];
-          const int col = static_cast<int>(j0) + chunk * kWgmmaN + (odd ? col1 : col0);
-          const bool better = lowest < best[h];
-          best_j[h] = better ? col : best_j[h];
-          best[h] = better ? lowest : best[h];
-        }
-      };
-      // The chunks of a slab are a compile-time count: the straight-line code lets the compiler
-      // start a chunk's products before the arg-min of the chunk before has drained.
-      auto products = [&](auto count) {
-        float acc[64];
-#pragma unroll
-        for (int c = 0; c < decltype(count)::value; ++c) {
-          issue(acc, c);
-          wgmma_wait<0>();
-          hold(acc);
-          arg_min(acc, c);
-        }
-      };
-      if constexpr (kKBlocks == 1) {
-        // (Unrolled as for wider rows, this one spills.)
-        float acc[64];
-#pragma unroll 1
-        for (int c = 0; c < chunks; ++c) {
-          issue(acc, c);
-          wgmma_wait<0>();
-          hold(acc);
-          arg_min(acc, c);
-        }
-      } else {
-        switch (chunks) {
-          case 4:
-            products(std::integral_constant<int, 4>());
-            break;
-          case 3:
-            products(std::integral_constant<int, 3>());
-            break;
-          case 2:
-            products(std::integral_constant<int, 2>());
-            break;
-          default:
-            products(std::integral_constant<int, 1>());
-        }
+      for (int h = 0; h < 2; ++h) {
+        const float v0 = tagged<8 * j>(fmaf(-args.alpha, acc[4 * j + 2 * h], bv.x), low7);
+        const float v1 = tagged<8 * j + 1>(fmaf(-args.alpha, acc[4 * j + 2 * h + 1], bv.y), low7);
+        low[h][0] = j == 0 ? v0 : fminf(low[h][0], v0);
+        low[h][1] = j == 0 ? v1 : fminf(low[h][1], v1);
       }
+    };
+    unrolled<16>(step);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float lowest = fminf(low[h][0], low[h][1]);
+      const int col = static_cast<int>(j0) + chunk * kWgmmaN +
+                      static_cast<int>(__float_as_uint(lowest) & 127u) + 2 * quad;
+      const bool better = lowest < best[h];
+      best_j[h] = better ? col : best_j[h];
+      best[h] = better ? lowest : best[h];
+    }
+  };
+  // The chunks of a slab, a compile-time count: chunk c's products go to acc[c % 2] and are issued
+  // before the minima of chunk c - 1 are taken.
+  auto products = [&](auto count, uint32_t a_addr, uint64_t* release) {
+    constexpr int kC = decltype(count)::value;
+    float acc0[64], acc1[64];
+    auto issue = [&](float(&acc)[64], int c) {
+      multiply_chunk<T, kKBlocks>(acc, a_addr, 64, slab_addr + c * kWgmmaN * block_bytes);
+      wgmma_commit();
+    };
+    issue(acc0, 0);
+    if constexpr (kC > 1) issue(acc1, 1);
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+      float(&acc)[64] = (c & 1) ? acc1 : acc0;
+      if (c + 1 < kC) {
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+        // The tensor cores are done with the stage.
+        __syncwarp();
+        if (lane == 0) mbar_arrive(release);
+      }
+      hold(acc);
+      arg_min(acc, c);
+      if (c + 2 < kC) issue(acc, c + 2);
+    }
+  };
+  uint32_t base = 0;  // tiles handed over before this slab: the stages' and phases' count
+  for (; j0 < args.k; j0 += slab_rows) {
+    const int rows = args.k - j0 < slab_rows ? static_cast<int>(args.k - j0) : slab_rows;
+    const int chunks = (rows + kWgmmaN - 1) / kWgmmaN;
+    consumer_barrier<kConsumerThreads>();  // both consumers are done with the previous slab
+#pragma unroll 1
+    for (int idx = tid; idx < chunks * kWgmmaN * pieces; idx += kConsumerThreads) {
+      const int r = idx / pieces, p = idx % pieces;
+      const int bytes = r < rows ? max(0, min(16, operand_bytes - p * 16)) : 0;
+      const unsigned char* src = reinterpret_cast<const unsigned char*>(operand) +
+                                 (bytes > 0 ? (j0 + r) * operand_bytes + p * 16 : 0);
+      copy16(slab_addr + (r / kWgmmaN) * kWgmmaN * block_bytes + swizzled(kWgmmaN, r % kWgmmaN, p),
+             src, bytes);
+    }
+    // Columns past k score +inf: never the minimum.
+    for (int c = tid; c < chunks * kWgmmaN; c += kConsumerThreads)
+      slab_bias[c] = c < rows ? __ldg(bias + j0 + c) : INFINITY;
+    copy_commit();
+    copy_wait<0>();
+    fence_async_shared();
+    consumer_barrier<kConsumerThreads>();
+#pragma unroll 1
+    for (int64_t t = group; t < n_tiles; t += kSlabConsumers) {
+      const uint32_t g = base + static_cast<uint32_t>(t);
+      const uint32_t s = g % kSlabStages;
+      mbar_wait(&full[s], (g / kSlabStages) & 1);
+      const uint32_t a_addr = stages_addr + s * kTileBytes;
+      best[0] = best[1] = INFINITY;
+      best_j[0] = best_j[1] = INT32_MAX;
+      switch (chunks) {
+        case 4:
+          products(std::integral_constant<int, 4>(), a_addr, &empty[s]);
+          break;
+        case 3:
+          products(std::integral_constant<int, 3>(), a_addr, &empty[s]);
+          break;
+        case 2:
+          products(std::integral_constant<int, 2>(), a_addr, &empty[s]);
+          break;
+        default:
+          products(std::integral_constant<int, 1>(), a_addr, &empty[s]);
+      }
+      const int64_t row0 = start + t * 64;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         write_best(args, b, row0 + warp * 16 + h * 8 + lane / 4, end, best[h], best_j[h], quad == 0,
                    j0 > 0);
       }
     }
+    base += static_cast<uint32_t>(n_tiles);
   }
 }
 
@@ -568,8 +677,8 @@ bool wgmma_runs() {
          loads;
 }
 
-/// Centroids the slab kernel (`kernel`) holds at once for rows of k_blocks 128-byte blocks: at
-/// most kSlabChunks chunks and what the device's shared memory takes (0: not one chunk).
+/// Centroids the slab kernel holds at once for rows of k_blocks 128-byte blocks: at most
+/// kSlabChunks chunks and what the device's shared memory takes (0: not one chunk).
 inline Status slab_rows_for(const void* kernel, int64_t k, int k_blocks, int* rows) {
   size_t room = 0;
   if (Status s = max_dynamic_smem(kOp, kernel, &room); !s.ok()) return s;
