@@ -19,6 +19,7 @@
 #include <cstring>
 #include <utility>
 
+#include "core/mbarrier.cuh"
 #include "kmeans/kmeans_device.cuh"
 
 namespace cudaops::detail::kmeans {
@@ -333,38 +334,6 @@ inline size_t slab_smem(int k_blocks, int slab_rows) {
          2 * kSlabStages * sizeof(uint64_t) + 1024;
 }
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, unsigned count) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count)
-               : "memory");
-#else
-  (void)bar;
-  (void)count;
-#endif
-}
-/// Arrives on the barrier (release: this thread's earlier shared-memory accesses are seen by
-/// whoever waits for the phase).
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_address(bar)) : "memory");
-#else
-  (void)bar;
-#endif
-}
-/// Waits until the barrier's phase of the given parity has completed (acquire).
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred done;\nMBAR_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra MBAR_WAIT;\n}\n" ::"r"(smem_address(bar)),
-      "r"(parity)
-      : "memory");
-#else
-  (void)bar;
-  (void)parity;
-#endif
-}
 /// f(integral_constant<int, i>) for i = 0 .. kN - 1, in order.
 template <int kN, typename F, int... kI>
 __device__ __forceinline__ void unrolled_impl(F&& f, std::integer_sequence<int, kI...>) {
@@ -453,8 +422,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   const int operand_bytes = args.d_pad * static_cast<int>(sizeof(T));
   const int64_t n_tiles = (end - start + 63) / 64;
   if (tid < kSlabStages) {
-    mbar_init(&full[tid], 4);   // the producer's four warps
-    mbar_init(&empty[tid], 4);  // the consuming warpgroup's four warps
+    mbarrier_init(&full[tid], 4);   // the producer's four warps
+    mbarrier_init(&empty[tid], 4);  // the consuming warpgroup's four warps
   }
   __syncthreads();
   if (group == kSlabConsumers) {
@@ -483,7 +452,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
     for (int64_t g = 0; g < steps + kSlabLag; ++g) {
       if (g < steps) {
         const uint32_t s = static_cast<uint32_t>(g % kSlabStages);
-        if (g >= kSlabStages) mbar_wait(&empty[s], static_cast<uint32_t>(g / kSlabStages - 1) & 1);
+        if (g >= kSlabStages)
+          mbarrier_wait(&empty[s], static_cast<uint32_t>(g / kSlabStages - 1) & 1);
         const int64_t t = g % n_tiles;
         const uint32_t dst = stages_addr + s * kTileBytes;
 #pragma unroll
@@ -542,7 +512,7 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
       }
       fence_async_shared();
       __syncwarp();
-      if (lane == 0) mbar_arrive(&full[done % kSlabStages]);
+      if (lane == 0) mbarrier_arrive(&full[done % kSlabStages]);
     }
     return;
   }
@@ -603,7 +573,7 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
         wgmma_wait<0>();
         // The tensor cores are done with the stage.
         __syncwarp();
-        if (lane == 0) mbar_arrive(release);
+        if (lane == 0) mbarrier_arrive(release);
       }
       hold(acc);
       arg_min(acc, c);
@@ -635,7 +605,7 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
     for (int64_t t = group; t < n_tiles; t += kSlabConsumers) {
       const uint32_t g = base + static_cast<uint32_t>(t);
       const uint32_t s = g % kSlabStages;
-      mbar_wait(&full[s], (g / kSlabStages) & 1);
+      mbarrier_wait(&full[s], (g / kSlabStages) & 1);
       const uint32_t a_addr = stages_addr + s * kTileBytes;
       best[0] = best[1] = INFINITY;
       best_j[0] = best_j[1] = INT32_MAX;

@@ -17,60 +17,13 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/mbarrier.cuh"
 #include "rowwise/row_common.cuh"
 
 namespace cudaops::detail::rowwise {
 
 // ---------------------------------------------------------------------------------------------
-// mbarriers and bulk copies (PTX ISA 8.0, sm_90).
-
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
-#if CUDAOPS_HAS_CLUSTERS
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count)
-               : "memory");
-#else
-  (void)bar;
-  (void)count;
-#endif
-}
-
-/// Makes initialised mbarriers visible to the copy engine (and to the cluster).
-__device__ __forceinline__ void mbarrier_init_fence() {
-#if CUDAOPS_HAS_CLUSTERS
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
-
-/// Arrives on the barrier and tells it to expect `bytes` more from bulk copies in this phase.
-__device__ __forceinline__ void mbarrier_arrive_expect(uint64_t* bar, uint32_t bytes) {
-#if CUDAOPS_HAS_CLUSTERS
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)),
-      "r"(bytes)
-      : "memory");
-#else
-  (void)bar;
-  (void)bytes;
-#endif
-}
-
-/// Waits until the barrier's phase with the given parity has completed.
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-#if CUDAOPS_HAS_CLUSTERS
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(shared_address(bar)),
-      "r"(parity)
-      : "memory");
-#else
-  (void)bar;
-  (void)parity;
-#endif
-}
+// Bulk copies (PTX ISA 8.0, sm_90), completing on an mbarrier (core/mbarrier.cuh).
 
 /// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared
 /// memory, completing on `bar`.
