@@ -18,7 +18,8 @@ namespace cudaops {
 //   numpy.array_split splits them, and every (head, segment) is clustered on its own into
 //   n_clusters / n_segments clusters by spherical k-means (strided initialisation), all in one
 //   batched k-means call; with the global pass, every token then takes the cluster of the largest
-//   inner product among all of its head's clusters (ties to the lower cluster).
+//   inner product among all of its head's clusters (ties to the lower cluster, as kmeans_assign
+//   breaks them).
 // - Per head, the index keeps the mean (float32), the unit centroids (float32, and rounded to the
 //   keys' dtype for scanning), each cluster's range (CSR offsets, no padding), the token positions
 //   in cluster order (ascending within a cluster), the keys and values copied in that order, each

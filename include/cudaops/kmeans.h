@@ -26,11 +26,12 @@ namespace cudaops {
 //        distinct rows drawn by Floyd's algorithm from a generator seeded with (seed, b);
 //        kGiven, the centroids passed in (cosine: scaled to unit length);
 //     2. n_iters times: every point takes the centroid of the smallest distance (L2: squared
-//        Euclidean; cosine: 1 - z_i . c_j), ties to the lower index; then each centroid becomes
-//        the mean of its points (cosine: their sum scaled to unit length). A centroid with no
-//        points is kept (kKeep) or, with kFarthest, the empty centroids of a problem (at most 32
-//        per iteration, in index order) take the points farthest from their centroids, farthest
-//        first (ties to the lower row), each point once;
+//        Euclidean; cosine: 1 - z_i . c_j), ties to the lower index (one exception: see
+//        kmeans_assign); then each centroid becomes the mean of its points (cosine: their sum
+//        scaled to unit length). A centroid with no points is kept (kKeep) or, with kFarthest,
+//        the empty centroids of a problem (at most 32 per iteration, in index order) take the
+//        points farthest from their centroids, farthest first (ties to the lower row), each
+//        point once;
 //     3. a last assignment against the returned centroids gives the labels, the cluster sizes and
 //        the objective (the sum of the points' distances).
 //   The centroids are in the working space: with `center`, relative to the mean (written to
@@ -124,7 +125,11 @@ CUDAOPS_EXPORT Status kmeans_assign_workspace_size(const KmeansPoints& points,
 
 /// The nearest centroid of every point (the metric of kmeans, ties to the lower index):
 /// labels [batch, n] and, when not null, the distances [batch, n] (float32) as kmeans defines
-/// them. Cosine centroids are used as given (kmeans returns them at unit length).
+/// them. Cosine centroids are used as given (kmeans returns them at unit length). The exception
+/// to the tie rule: on compute capability 9.0, 16-bit points of up to 128 dimensions against
+/// more than 128 centroids rank scores within 2^-16 of each other (relative, far inside the
+/// 16-bit products' rounding) by position rather than value; the label is then either of them,
+/// the same one every run.
 CUDAOPS_EXPORT Status kmeans_assign(const KmeansPoints& points, const KmeansCentroids& centroids,
                                     KmeansMetric metric, int32_t* d_labels, float* d_distances,
                                     void* d_workspace, size_t workspace_bytes, cudaStream_t stream);
