@@ -6,16 +6,13 @@
 #include <cstdint>
 
 #include "core/cluster.cuh"
+#include "core/shared_memory.cuh"
 
 namespace cudaops::detail {
 
-__device__ __forceinline__ uint32_t mbarrier_address(const uint64_t* bar) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(bar));
-}
-
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, unsigned count) {
 #if CUDAOPS_HAS_CLUSTERS
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mbarrier_address(bar)), "r"(count)
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count)
                : "memory");
 #else
   (void)bar;
@@ -34,8 +31,7 @@ __device__ __forceinline__ void mbarrier_init_fence() {
 /// whoever waits for the phase).
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 #if CUDAOPS_HAS_CLUSTERS
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mbarrier_address(bar))
-               : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
 #else
   (void)bar;
 #endif
@@ -45,7 +41,7 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
 __device__ __forceinline__ void mbarrier_arrive_expect(uint64_t* bar, uint32_t bytes) {
 #if CUDAOPS_HAS_CLUSTERS
   asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbarrier_address(bar)),
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)),
       "r"(bytes)
       : "memory");
 #else
@@ -63,7 +59,7 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       "WAIT:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WAIT;\n"
-      "}\n" ::"r"(mbarrier_address(bar)),
+      "}\n" ::"r"(shared_address(bar)),
       "r"(parity)
       : "memory");
 #else

@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
   unsigned char* a_tile = smem;
   unsigned char* b_tiles = smem + kWgmmaRows * block_bytes;  // two stages of kWgmmaN rows
   float* b_bias = reinterpret_cast<float*>(b_tiles + 2 * kWgmmaN * block_bytes);
-  const uint32_t a_addr = smem_address(a_tile);
-  const uint32_t b_addr = smem_address(b_tiles);
+  const uint32_t a_addr = shared_address(a_tile);
+  const uint32_t b_addr = shared_address(b_tiles);
 
   const int64_t b = blockIdx.x / args.tiles;
   const int64_t row0 = (blockIdx.x % args.tiles) * kWgmmaRows;
@@ -335,13 +335,13 @@ inline size_t slab_smem(int k_blocks, int slab_rows) {
 }
 
 /// f(integral_constant<int, i>) for i = 0 .. kN - 1, in order.
-template <int kN, typename F, int... kI>
+template <typename F, int... kI>
 __device__ __forceinline__ void unrolled_impl(F&& f, std::integer_sequence<int, kI...>) {
   (f(std::integral_constant<int, kI>()), ...);
 }
 template <int kN, typename F>
 __device__ __forceinline__ void unrolled(F&& f) {
-  unrolled_impl<kN>(f, std::make_integer_sequence<int, kN>());
+  unrolled_impl(f, std::make_integer_sequence<int, kN>());
 }
 
 /// The consumer warpgroups' barrier (named barrier 1).
@@ -403,8 +403,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   float* slab_bias = reinterpret_cast<float*>(stages + kSlabStages * kTileBytes);
   uint64_t* full = reinterpret_cast<uint64_t*>(slab_bias + slab_rows);
   uint64_t* empty = full + kSlabStages;
-  const uint32_t slab_addr = smem_address(smem);
-  const uint32_t stages_addr = smem_address(stages);
+  const uint32_t slab_addr = shared_address(smem);
+  const uint32_t stages_addr = shared_address(stages);
 
   const int64_t b = blockIdx.x / args.tiles;
   const int64_t start = (blockIdx.x % args.tiles) * sa.range;
@@ -526,7 +526,7 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   // Each row's running minimum and its column, the column packed into the score (tagged): an
   // FMA, a LOP3 and a minimum per score. Lane l holds columns 8 j + 2 (l % 4) + e of rows l / 4
   // (h = 0) and l / 4 + 8 (h = 1) of its warp's 16; each (h, e) is a chain of its own.
-  const uint32_t bias_addr = smem_address(slab_bias) + 8 * quad;
+  const uint32_t bias_addr = shared_address(slab_bias) + 8 * quad;
   uint32_t low7 = 127;
   asm volatile("" : "+r"(low7));  // kept in a register for tagged's LOP3
   auto arg_min = [&](const float(&acc)[64], int chunk) {

@@ -14,6 +14,7 @@
 #include "core/dispatch.cuh"
 #include "core/launch.h"
 #include "core/numeric.cuh"
+#include "core/shared_memory.cuh"
 #include "kmeans/kmeans_plan.h"
 
 namespace cudaops::detail::kmeans {
@@ -66,17 +67,13 @@ struct Rows {
   }
 };
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 /// 16 bytes from global to shared memory (at shared address `dst`), of which `bytes` (0 to 16) are
 /// read and the rest zero.
 __device__ __forceinline__ void copy16(uint32_t dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void copy16(void* dst, const void* src, int bytes) {
-  copy16(smem_address(dst), src, bytes);
+  copy16(shared_address(dst), src, bytes);
 }
 __device__ __forceinline__ void copy_commit() {
   asm volatile("cp.async.commit_group;\n" ::);

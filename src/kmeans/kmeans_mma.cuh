@@ -10,7 +10,7 @@ namespace {
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_address(p)));
+               : "r"(shared_address(p)));
 }
 
 /// acc += a . b over one 32-byte step of k (16 values of 16 bits, 8 of TF32).

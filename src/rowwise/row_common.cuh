@@ -31,6 +31,7 @@
 #include "core/cluster.cuh"
 #include "core/launch_config.h"
 #include "core/numeric.cuh"
+#include "core/shared_memory.cuh"
 #include "core/vector.cuh"
 
 namespace cudaops::detail::rowwise {
@@ -369,10 +370,6 @@ __device__ __forceinline__ uint32_t element_bits(T x) {
     memcpy(&bits, &x, 2);
     return bits;
   }
-}
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 /// Copies the first `bytes` (0 to 16) of the 16 bytes at src (global, 16-byte aligned) to the 16
