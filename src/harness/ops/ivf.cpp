@@ -1,12 +1,16 @@
 // Descriptors of the IVF index over attention KV caches: ivf_build (keys and values [heads, seq,
-// dim] into clusters per head, by segments) and ivf_search (queries of q_heads against a built
-// index). Keys are drawn on the host around a few directions per head with a large common offset,
-// as attention keys are; values are Gaussian; queries lie near keys of their kv head.
+// dim] into clusters per head, by segments), ivf_search (queries of q_heads against a built
+// index) and ivf_extend (new_tokens more per head, clustered on their own, appended to a built
+// index; every timed call appends them at the same place). Keys are drawn on the host around a few
+// directions per head with a large common offset, as attention keys are; values are Gaussian;
+// queries lie near keys of their kv head.
 //
 // --check: ivf_build's means against the double-precision ones, and per token that it is placed
 // exactly once with its key copied bit for bit, in the cluster of its largest inner product among
 // the returned centroids (but at near ties), or with the segments' pass, in one of its segment's;
-// ivf_search's scores and ids against the reference's search over the index the device built.
+// ivf_search's scores and ids against the reference's search over the index the device built;
+// ivf_extend's new tokens each placed once among the new clusters, their keys copied bit for bit,
+// each in the new cluster of its largest inner product (but at near ties).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -52,25 +56,44 @@ IvfBuildParams build_params_of(const CaseConfig& config) {
 /// An index built on the device from host-drawn keys, with what the checks need.
 class DeviceIndex {
  public:
+  /// Room for `tokens` more tokens and `clusters` more clusters per head than the build holds;
+  /// the keys and values of those tokens are drawn with the rest (new_input). Before prepare.
+  void reserve(int64_t tokens, int64_t clusters) {
+    extra_tokens_ = tokens;
+    extra_clusters_ = clusters;
+  }
+
   Status prepare(const CaseConfig& config) {
     config_ = config;
     index_.shape = shape_of(config);
+    index_.shape.capacity += extra_tokens_;
+    index_.shape.max_clusters += extra_clusters_;
     params_ = build_params_of(config);
-    input_.seq = index_.shape.capacity;
+    input_.seq = dim_value(config.dims, "seq");
+    total_ = input_.seq + extra_tokens_;
     const IvfShape& s = index_.shape;
     if (Status st = ivf_index_size(s, &layout_); !st.ok()) return st;
     size_t bytes = 0;
     if (Status st = ivf_build_workspace_size(s, input_, params_, &bytes); !st.ok()) return st;
-    const int64_t per_head = s.capacity * s.dim;
+    const int64_t per_head = total_ * s.dim;
     unique_ = std::max<int64_t>(1, std::min<int64_t>(s.heads, kMaxHostValues / per_head));
     keys_ = ref::HostArray(s.dtype, unique_ * per_head);
-    values_ = ref::HostArray(s.dtype, std::max<int64_t>(unique_ * s.capacity * s.value_dim, 1));
+    values_ = ref::HostArray(s.dtype, std::max<int64_t>(unique_ * total_ * s.value_dim, 1));
     draw();
-    Status st = d_keys_.allocate(static_cast<int64_t>(s.heads * per_head * 2));
-    if (st.ok()) st = upload(keys_, &d_keys_, per_head * 2);
+    const int64_t key_row = s.dim * 2, value_row = s.value_dim * 2;
+    Status st = d_keys_.allocate(std::max<int64_t>(s.heads * input_.seq * key_row, 1));
+    if (st.ok()) st = upload(keys_, &d_keys_, key_row, 0, input_.seq);
     if (st.ok() && s.value_dim > 0) {
-      st = d_values_.allocate(s.heads * s.capacity * s.value_dim * 2);
-      if (st.ok()) st = upload(values_, &d_values_, s.capacity * s.value_dim * 2);
+      st = d_values_.allocate(std::max<int64_t>(s.heads * input_.seq * value_row, 1));
+      if (st.ok()) st = upload(values_, &d_values_, value_row, 0, input_.seq);
+    }
+    if (st.ok() && extra_tokens_ > 0) {
+      st = d_new_keys_.allocate(s.heads * extra_tokens_ * key_row);
+      if (st.ok()) st = upload(keys_, &d_new_keys_, key_row, input_.seq, extra_tokens_);
+      if (st.ok() && s.value_dim > 0) {
+        st = d_new_values_.allocate(s.heads * extra_tokens_ * value_row);
+        if (st.ok()) st = upload(values_, &d_new_values_, value_row, input_.seq, extra_tokens_);
+      }
     }
     if (st.ok()) st = buffer_.allocate(static_cast<int64_t>(layout_.bytes));
     if (st.ok()) st = workspace_.allocate(static_cast<int64_t>(std::max<size_t>(bytes, 256)));
@@ -79,6 +102,15 @@ class DeviceIndex {
     input_.keys = d_keys_.get();
     input_.values = s.value_dim > 0 ? d_values_.get() : nullptr;
     return st;
+  }
+
+  /// The reserved tokens' keys and values ([heads, tokens, dim]) as an input.
+  IvfInput new_input() const {
+    IvfInput in;
+    in.keys = d_new_keys_.get();
+    in.values = index_.shape.value_dim > 0 ? d_new_values_.get() : nullptr;
+    in.seq = extra_tokens_;
+    return in;
   }
 
   Status build(cudaStream_t stream) {
@@ -143,6 +175,8 @@ class DeviceIndex {
   }
 
   bool all_heads_drawn() const { return unique_ == index_.shape.heads; }
+  /// Tokens drawn per head: the build's, then the reserved ones.
+  int64_t drawn_tokens() const { return total_; }
   const IvfIndex& index() const { return index_; }
   const IvfLayout& layout() const { return layout_; }
   const IvfBuildParams& params() const { return params_; }
@@ -161,24 +195,39 @@ class DeviceIndex {
         v = 2.0 + 0.5 * normal(rng);
       for (double& v : dirs)
         v = normal(rng);
-      for (int64_t t = 0; t < s.capacity; ++t) {
+      for (int64_t t = 0; t < total_; ++t) {
         const auto which = static_cast<int64_t>(rng() % 8);
         for (int64_t e = 0; e < s.dim; ++e) {
-          keys_.set((h * s.capacity + t) * s.dim + e,
+          keys_.set((h * total_ + t) * s.dim + e,
                     offset[e] + dirs[which * s.dim + e] + 0.3 * normal(rng));
         }
       }
     }
-    for (int64_t i = 0; i < unique_ * s.capacity * s.value_dim; ++i)
+    for (int64_t i = 0; i < unique_ * total_ * s.value_dim; ++i)
       values_.set(i, normal(rng));
   }
 
-  /// The first unique_ heads' bytes, then copies of them for the rest.
-  Status upload(const ref::HostArray& host, DeviceBuffer* device, int64_t head_bytes) const {
-    for (int64_t h = 0; h < index_.shape.heads; h += unique_) {
-      const int64_t heads = std::min(unique_, index_.shape.heads - h);
-      if (cudaMemcpy(device->as<unsigned char>() + h * head_bytes, host.data(),
-                     static_cast<size_t>(heads * head_bytes),
+  /// Tokens [first, first + count) of every head ([heads, count] rows of row_bytes on the
+  /// device): the first unique_ heads drawn, then copies of them.
+  Status upload(const ref::HostArray& host, DeviceBuffer* device, int64_t row_bytes, int64_t first,
+                int64_t count) const {
+    if (count == 0) return Status();
+    const int64_t heads = index_.shape.heads, bytes = count * row_bytes;
+    if (first == 0 && count == total_) {
+      // Whole heads: the drawn ones in one copy each round.
+      for (int64_t h = 0; h < heads; h += unique_) {
+        const int64_t n = std::min(unique_, heads - h);
+        if (cudaMemcpy(device->as<unsigned char>() + h * bytes, host.data(),
+                       static_cast<size_t>(n * bytes), cudaMemcpyHostToDevice) != cudaSuccess) {
+          return Status(StatusCode::kCudaError, "ivf: uploading the keys or values failed");
+        }
+      }
+      return Status();
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      const auto* src = static_cast<const unsigned char*>(host.data()) +
+                        ((h % unique_) * total_ + first) * row_bytes;
+      if (cudaMemcpy(device->as<unsigned char>() + h * bytes, src, static_cast<size_t>(bytes),
                      cudaMemcpyHostToDevice) != cudaSuccess) {
         return Status(StatusCode::kCudaError, "ivf: uploading the keys or values failed");
       }
@@ -192,8 +241,9 @@ class DeviceIndex {
   IvfInput input_;
   IvfBuildParams params_;
   int64_t unique_ = 1;
+  int64_t extra_tokens_ = 0, extra_clusters_ = 0, total_ = 0;
   ref::HostArray keys_, values_;
-  DeviceBuffer d_keys_, d_values_, buffer_, workspace_;
+  DeviceBuffer d_keys_, d_values_, d_new_keys_, d_new_values_, buffer_, workspace_;
   size_t workspace_bytes_ = 0;
 };
 
@@ -430,6 +480,145 @@ class IvfSearchCase : public OpCase {
   size_t workspace_bytes_ = 0;
 };
 
+class IvfExtendCase : public OpCase {
+ public:
+  explicit IvfExtendCase(const CaseConfig& config) : config_(config) {}
+
+  Status prepare() {
+    params_.n_clusters = dim_value(config_.dims, "new_clusters");
+    params_.n_iters = static_cast<int>(dim_value(config_.dims, "n_iters", 10));
+    index_.reserve(dim_value(config_.dims, "new_tokens"), params_.n_clusters);
+    if (Status s = index_.prepare(config_); !s.ok()) return s;
+    if (Status s = index_.build(nullptr); !s.ok()) return s;
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_extend: building the index failed");
+    }
+    built_ = index_.index();
+    input_ = index_.new_input();
+    size_t bytes = 0;
+    if (Status s = ivf_extend_workspace_size(built_, input_, params_, &bytes); !s.ok()) return s;
+    workspace_bytes_ = bytes;
+    return workspace_.allocate(static_cast<int64_t>(std::max<size_t>(bytes, 256)));
+  }
+
+  /// The new keys read by k-means (n_iters + 1 assignments and n_iters updates) and by the copy,
+  /// the new values read once, both written into the index once.
+  int64_t bytes_moved() const override {
+    const IvfShape& s = built_.shape;
+    const int64_t keys = s.heads * input_.seq * s.dim * 2;
+    const int64_t values = s.heads * input_.seq * s.value_dim * 2;
+    return keys * (2 * params_.n_iters + 3) + 2 * values;
+  }
+
+  /// The products of k-means: each new token against the new clusters, n_iters + 1 times.
+  double flops() const override {
+    const IvfShape& s = built_.shape;
+    return 2.0 * static_cast<double>(s.heads) * static_cast<double>(input_.seq) *
+           static_cast<double>(params_.n_clusters) * static_cast<double>(s.dim) *
+           (params_.n_iters + 1);
+  }
+
+  /// Every call appends the new tokens to the index as built: the same slots, the same result.
+  Status run(cudaStream_t stream) override {
+    IvfIndex index = built_;
+    return ivf_extend(input_, params_, &index, workspace_.get(), workspace_bytes_, stream);
+  }
+
+  Status check(cudaStream_t stream, ref::CompareResult* result) override {
+    if (!index_.all_heads_drawn()) {
+      return Status(StatusCode::kNotSupported,
+                    "ivf_extend: --check takes at most 2^24 key values (fewer heads or tokens)");
+    }
+    // Poisoned, built again and extended: the new slots are all the extension's writing.
+    if (cudaMemsetAsync(built_.data, 0xff, index_.layout().bytes, stream) != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_extend: poisoning the index failed");
+    }
+    if (Status s = index_.build(stream); !s.ok()) return s;
+    IvfIndex index = built_;
+    if (Status s = ivf_extend(input_, params_, &index, workspace_.get(), workspace_bytes_, stream);
+        !s.ok()) {
+      return s;
+    }
+    if (cudaStreamSynchronize(stream) != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_extend: the extension failed");
+    }
+    const IvfShape& sh = built_.shape;
+    const IvfLayout& layout = index_.layout();
+    const int64_t h = sh.heads, cap = sh.capacity, cm = sh.max_clusters, d = sh.dim;
+    const int64_t old_tokens = built_.tokens, c0 = built_.n_clusters;
+    const int64_t t_new = input_.seq, m = params_.n_clusters, drawn = index_.drawn_tokens();
+    const auto offsets = index_.download<int64_t>(layout.offsets, h * (cm + 1));
+    const auto ids = index_.download<int32_t>(layout.ids, h * cap);
+    const auto keys_out = index_.download<unsigned char>(layout.keys, h * cap * d * 2);
+    const auto centroids = index_.download<float>(layout.centroids, h * cm * d);
+    const auto means = index_.download<float>(layout.means, h * d);
+    const auto* keys = static_cast<const unsigned char*>(index_.keys().data());
+    const double eps = product_eps(sh.dtype);
+    ref::HostArray got(DType::kFloat32, 2 + h * (t_new + 2));
+    std::vector<double> want(static_cast<size_t>(got.size()));
+    int64_t at = 0;
+    got.set(at, static_cast<double>(index.tokens));
+    want[at++] = static_cast<double>(old_tokens + t_new);
+    got.set(at, static_cast<double>(index.n_clusters));
+    want[at++] = static_cast<double>(c0 + m);
+    for (int64_t hh = 0; hh < h; ++hh) {
+      const int64_t* off = offsets.data() + hh * (cm + 1);
+      // The new clusters hold exactly the new slots.
+      got.set(at, static_cast<double>(off[c0]));
+      want[at++] = static_cast<double>(old_tokens);
+      got.set(at, static_cast<double>(off[c0 + m]));
+      want[at++] = static_cast<double>(old_tokens + t_new);
+      // Each new token (position old_tokens + t): where it is placed, once, its key its own.
+      std::vector<int> seen(static_cast<size_t>(t_new), 0);
+      std::vector<int64_t> label(static_cast<size_t>(t_new), -1);
+      for (int64_t j = c0; j < c0 + m; ++j) {
+        for (int64_t q = std::max(off[j], old_tokens); q < std::min(off[j + 1], old_tokens + t_new);
+             ++q) {
+          const int64_t t = static_cast<int64_t>(ids[hh * cap + q]) - old_tokens;
+          if (t < 0 || t >= t_new) continue;
+          const unsigned char* want_key = keys + (hh * drawn + old_tokens + t) * d * 2;
+          if (std::memcmp(&keys_out[(hh * cap + q) * d * 2], want_key,
+                          static_cast<size_t>(d * 2)) == 0) {
+            ++seen[t];
+            label[t] = j - c0;
+          }
+        }
+      }
+      // The new cluster of the largest inner product among the returned new centroids.
+      ref::KmeansLayout one;
+      one.n = t_new;
+      one.d = d;
+      one.ld = d;
+      one.batch_stride = t_new * d;
+      ref::HostArray head(sh.dtype, t_new * d);
+      std::memcpy(head.data(), keys + (hh * drawn + old_tokens) * d * 2,
+                  static_cast<size_t>(t_new * d * 2));
+      const std::vector<double> cents(centroids.begin() + (hh * cm + c0) * d,
+                                      centroids.begin() + (hh * cm + c0 + m) * d);
+      const std::vector<double> mean(means.begin() + hh * d, means.begin() + (hh + 1) * d);
+      const ref::KmeansReference nearest =
+          ref::kmeans_assign(head, one, cents, m, mean, KmeansMetric::kCosine);
+      for (int64_t t = 0; t < t_new; ++t) {
+        const bool right =
+            seen[t] == 1 && (label[t] == nearest.labels[t] || nearest.margins[t] <= 32 * eps);
+        got.set(at, right ? 1.0 : 0.0);
+        want[at++] = 1.0;
+      }
+    }
+    *result = ref::compare(got, want, ref::Tolerance{1e-4, 1.0});
+    return Status();
+  }
+
+ private:
+  CaseConfig config_;
+  DeviceIndex index_;
+  IvfIndex built_;
+  IvfInput input_;
+  IvfExtendParams params_;
+  DeviceBuffer workspace_;
+  size_t workspace_bytes_ = 0;
+};
+
 std::vector<DimSpec> index_dims() {
   return {{"heads", "kv heads", 8},
           {"seq", "tokens per head", 32768},
@@ -526,8 +715,48 @@ OpDescriptor search_descriptor() {
   return op;
 }
 
+OpDescriptor extend_descriptor() {
+  OpDescriptor op;
+  op.name = "ivf_extend";
+  op.summary = "IVF index extension: new tokens per head clustered on their own and appended";
+  op.dtypes = {DType::kFloat16, DType::kBFloat16};
+  op.dims = index_dims();
+  op.dims.push_back({"new_tokens", "tokens appended per head", 1024});
+  op.dims.push_back({"new_clusters", "clusters per head the new tokens form", 64});
+  op.bench_shapes = {Dims{{"heads", 32},
+                          {"seq", 8192},
+                          {"dim", 128},
+                          {"clusters", 512},
+                          {"segments", 8},
+                          {"n_iters", 10},
+                          {"pass", 0},
+                          {"values", 1},
+                          {"new_tokens", 1024},
+                          {"new_clusters", 64}}};
+  op.headline_shapes = op.bench_shapes;
+  op.validate = [](const CaseConfig& config) {
+    if (Status s = validate_build(config); !s.ok()) return s;
+    IvfIndex index;
+    index.shape = shape_of(config);
+    index.shape.capacity += dim_value(config.dims, "new_tokens");
+    index.shape.max_clusters += dim_value(config.dims, "new_clusters");
+    index.tokens = dim_value(config.dims, "seq");
+    index.n_clusters = build_params_of(config).n_clusters;
+    IvfInput input;
+    input.seq = dim_value(config.dims, "new_tokens");
+    IvfExtendParams params;
+    params.n_clusters = dim_value(config.dims, "new_clusters");
+    params.n_iters = static_cast<int>(dim_value(config.dims, "n_iters", 10));
+    size_t bytes = 0;
+    return ivf_extend_workspace_size(index, input, params, &bytes);
+  };
+  op.make_case = make_prepared<IvfExtendCase>;
+  return op;
+}
+
 [[maybe_unused]] const bool kBuildRegistered = register_op(build_descriptor());
 [[maybe_unused]] const bool kSearchRegistered = register_op(search_descriptor());
+[[maybe_unused]] const bool kExtendRegistered = register_op(extend_descriptor());
 
 }  // namespace
 }  // namespace cudaops::harness
