@@ -46,9 +46,15 @@ __device__ __forceinline__ uint32_t swizzled(int rows, int r, int p) {
 }
 
 /// A wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t descriptor(uint32_t address) {
-  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
-         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+/// The low word holds address / 16 in 14 bits (shared memory is under 2^18 bytes), so an offset
+/// into a tile is added to the low word: one uniform add a product instead of the masks and shifts
+/// of a descriptor built from the address.
+__device__ __forceinline__ uint32_t descriptor_low(uint32_t address) {
+  return ((address & 0x3FFFF) >> 4) | (1u << 16);
+}
+constexpr uint32_t kDescriptorHigh = (1024 >> 4) | (1u << 30);
+__device__ __forceinline__ uint64_t descriptor_at(uint32_t low, uint32_t offset) {
+  return (uint64_t{kDescriptorHigh} << 32) | (low + (offset >> 4));
 }
 
 // wgmma.m64n128k16 with float32 accumulators d[0..63] for 16-bit operands of PTX type TYPE, both
@@ -130,11 +136,12 @@ template <typename T, int kKBlocks>
 __device__ __forceinline__ void multiply_chunk(float (&acc)[64], uint32_t a, int a_rows,
                                                uint32_t b) {
   wgmma_fence();
+  const uint32_t a_low = descriptor_low(a), b_low = descriptor_low(b);
 #pragma unroll
   for (int s = 0; s < kKBlocks * 4; ++s) {
-    const uint32_t a_at = a + (s >> 2) * a_rows * 128 + (s & 3) * 32;
-    const uint32_t b_at = b + (s >> 2) * kWgmmaN * 128 + (s & 3) * 32;
-    wgmma_128<T>(acc, descriptor(a_at), descriptor(b_at), s > 0 ? 1 : 0);
+    const uint32_t a_off = (s >> 2) * a_rows * 128 + (s & 3) * 32;
+    const uint32_t b_off = (s >> 2) * kWgmmaN * 128 + (s & 3) * 32;
+    wgmma_128<T>(acc, descriptor_at(a_low, a_off), descriptor_at(b_low, b_off), s > 0 ? 1 : 0);
   }
 }
 
@@ -450,6 +457,56 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
     // Step g loads tile g % n_tiles of slab g / n_tiles and hands over step g - kSlabLag's.
 #pragma unroll 1
     for (int64_t g = 0; g < steps + kSlabLag; ++g) {
+      // Step g - kSlabLag is handed over before step g waits for its stage, so that a consumer
+      // finds its next tile ready when it releases the last one.
+      if (g >= kSlabLag) {
+        copy_wait<kSlabLag - 1>();  // step g - kSlabLag's pieces have landed
+        const int64_t done = g - kSlabLag;
+        unsigned char* tile = stages + (done % kSlabStages) * kTileBytes;
+        const int64_t row0 = start + (done % n_tiles) * 64;
+        if (args.means != nullptr) {
+          // Centred in place before rounding, so that the products carry the precision of
+          // x - mean (values past d stay 0).
+#pragma unroll
+          for (int i = 0; i < kPasses; ++i) {
+            const int r = my_r + i * kRowsPer;
+            if (row0 + r >= end) continue;
+            uint4* at = reinterpret_cast<uint4*>(tile + swizzled(64, r, my_p));
+            uint4 w = *at;
+            T* v = reinterpret_cast<T*>(&w);
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+              v[e] = from_float<T>(to_float(v[e]) - my_mean[e]);
+            *at = w;
+          }
+        }
+        if (done < n_tiles && args.point_w != nullptr) {
+          // Each row's squared length (first slab only): the pieces' sums, added over the row's
+          // `pieces` lanes.
+#pragma unroll
+          for (int i = 0; i < kPasses; ++i) {
+            const int r = my_r + i * kRowsPer;
+            const uint4 w = *reinterpret_cast<const uint4*>(tile + swizzled(64, r, my_p));
+            const T* v = reinterpret_cast<const T*>(&w);
+            float sq = 0.0f;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              const float f = to_float(v[e]);
+              sq = fmaf(f, f, sq);
+            }
+#pragma unroll
+            for (int o = 1; o < pieces; o <<= 1)
+              sq += __shfl_xor_sync(kFull, sq, o);
+            if (my_p == 0 && row0 + r < end) {
+              args.point_w[b * args.rows.n + row0 + r] =
+                  args.cosine ? (sq > 0.0f ? 1.0f / sqrtf(sq) : 0.0f) : sq;
+            }
+          }
+        }
+        fence_async_shared();
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(&full[done % kSlabStages]);
+      }
       if (g < steps) {
         const uint32_t s = static_cast<uint32_t>(g % kSlabStages);
         if (g >= kSlabStages)
@@ -466,53 +523,6 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
         }
       }
       copy_commit();
-      if (g < kSlabLag) continue;
-      copy_wait<kSlabLag>();  // step g - kSlabLag's pieces have landed
-      const int64_t done = g - kSlabLag;
-      unsigned char* tile = stages + (done % kSlabStages) * kTileBytes;
-      const int64_t row0 = start + (done % n_tiles) * 64;
-      if (args.means != nullptr) {
-        // Centred in place before rounding, so that the products carry the precision of
-        // x - mean (values past d stay 0).
-#pragma unroll
-        for (int i = 0; i < kPasses; ++i) {
-          const int r = my_r + i * kRowsPer;
-          if (row0 + r >= end) continue;
-          uint4* at = reinterpret_cast<uint4*>(tile + swizzled(64, r, my_p));
-          uint4 w = *at;
-          T* v = reinterpret_cast<T*>(&w);
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            v[e] = from_float<T>(to_float(v[e]) - my_mean[e]);
-          *at = w;
-        }
-      }
-      if (done < n_tiles && args.point_w != nullptr) {
-        // Each row's squared length (first slab only): the pieces' sums, added over the row's
-        // `pieces` lanes.
-#pragma unroll
-        for (int i = 0; i < kPasses; ++i) {
-          const int r = my_r + i * kRowsPer;
-          const uint4 w = *reinterpret_cast<const uint4*>(tile + swizzled(64, r, my_p));
-          const T* v = reinterpret_cast<const T*>(&w);
-          float sq = 0.0f;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const float f = to_float(v[e]);
-            sq = fmaf(f, f, sq);
-          }
-#pragma unroll
-          for (int o = 1; o < pieces; o <<= 1)
-            sq += __shfl_xor_sync(kFull, sq, o);
-          if (my_p == 0 && row0 + r < end) {
-            args.point_w[b * args.rows.n + row0 + r] =
-                args.cosine ? (sq > 0.0f ? 1.0f / sqrtf(sq) : 0.0f) : sq;
-          }
-        }
-      }
-      fence_async_shared();
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(&full[done % kSlabStages]);
     }
     return;
   }
@@ -525,27 +535,43 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   int64_t j0 = 0;
   // Each row's running minimum and its column, the column packed into the score (tagged): an
   // FMA, a LOP3 and a minimum per score. Lane l holds columns 8 j + 2 (l % 4) + e of rows l / 4
-  // (h = 0) and l / 4 + 8 (h = 1) of its warp's 16; each (h, e) is a chain of its own.
+  // (h = 0) and l / 4 + 8 (h = 1) of its warp's 16; each (h, e) is a chain of its own. Cosine's
+  // scores are -y . c_j (bias 0, alpha 1): over a chunk of real centroids (kPlain) the minimum is
+  // minus the maximum of the tagged products, bit for bit (the tag leaves the sign alone), without
+  // the FMA and the bias loads.
   const uint32_t bias_addr = shared_address(slab_bias) + 8 * quad;
   uint32_t low7 = 127;
   asm volatile("" : "+r"(low7));  // kept in a register for tagged's LOP3
-  auto arg_min = [&](const float(&acc)[64], int chunk) {
-    float low[2][2];
+  auto arg_min = [&](const float(&acc)[64], int chunk, auto plain) {
+    constexpr bool kPlain = decltype(plain)::value;
+    float low[2][2][2];  // [h][e][j % 2]: eight chains of eight, for the ALU's latency
     auto step = [&](auto j_constant) {
-      constexpr int j = decltype(j_constant)::value;
-      const float2 bv = shared_float2(bias_addr + (chunk * kWgmmaN + 8 * j) * 4);
+      constexpr int j = decltype(j_constant)::value, q = j % 2;
+      if constexpr (kPlain) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float v0 = tagged<8 * j>(fmaf(-args.alpha, acc[4 * j + 2 * h], bv.x), low7);
-        const float v1 = tagged<8 * j + 1>(fmaf(-args.alpha, acc[4 * j + 2 * h + 1], bv.y), low7);
-        low[h][0] = j == 0 ? v0 : fminf(low[h][0], v0);
-        low[h][1] = j == 0 ? v1 : fminf(low[h][1], v1);
+        for (int h = 0; h < 2; ++h) {
+          const float v0 = tagged<8 * j>(acc[4 * j + 2 * h], low7);
+          const float v1 = tagged<8 * j + 1>(acc[4 * j + 2 * h + 1], low7);
+          low[h][0][q] = j < 2 ? v0 : fmaxf(low[h][0][q], v0);
+          low[h][1][q] = j < 2 ? v1 : fmaxf(low[h][1][q], v1);
+        }
+      } else {
+        const float2 bv = shared_float2(bias_addr + (chunk * kWgmmaN + 8 * j) * 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float v0 = tagged<8 * j>(fmaf(-args.alpha, acc[4 * j + 2 * h], bv.x), low7);
+          const float v1 = tagged<8 * j + 1>(fmaf(-args.alpha, acc[4 * j + 2 * h + 1], bv.y), low7);
+          low[h][0][q] = j < 2 ? v0 : fminf(low[h][0][q], v0);
+          low[h][1][q] = j < 2 ? v1 : fminf(low[h][1][q], v1);
+        }
       }
     };
     unrolled<16>(step);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float lowest = fminf(low[h][0], low[h][1]);
+      const float lowest =
+          kPlain ? -fmaxf(fmaxf(low[h][0][0], low[h][0][1]), fmaxf(low[h][1][0], low[h][1][1]))
+                 : fminf(fminf(low[h][0][0], low[h][0][1]), fminf(low[h][1][0], low[h][1][1]));
       const int col = static_cast<int>(j0) + chunk * kWgmmaN +
                       static_cast<int>(__float_as_uint(lowest) & 127u) + 2 * quad;
       const bool better = lowest < best[h];
@@ -554,9 +580,11 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
     }
   };
   // The chunks of a slab, a compile-time count: chunk c's products go to acc[c % 2] and are issued
-  // before the minima of chunk c - 1 are taken.
-  auto products = [&](auto count, uint32_t a_addr, uint64_t* release) {
+  // before the minima of chunk c - 1 are taken. kCosine: the plain minima, except in a last chunk
+  // that runs past k (last_full false), whose extra columns only the bias keeps out.
+  auto products = [&](auto count, auto cosine, uint32_t a_addr, uint64_t* release, bool last_full) {
     constexpr int kC = decltype(count)::value;
+    constexpr bool kCosine = decltype(cosine)::value;
     float acc0[64], acc1[64];
     auto issue = [&](float(&acc)[64], int c) {
       multiply_chunk<T, kKBlocks>(acc, a_addr, 64, slab_addr + c * kWgmmaN * block_bytes);
@@ -576,8 +604,27 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
         if (lane == 0) mbarrier_arrive(release);
       }
       hold(acc);
-      arg_min(acc, c);
+      if (kCosine && (c + 1 < kC || last_full)) {
+        arg_min(acc, c, std::true_type());
+      } else {
+        arg_min(acc, c, std::false_type());
+      }
       if (c + 2 < kC) issue(acc, c + 2);
+    }
+  };
+  auto dispatch = [&](auto cosine, int chunks, uint32_t a_addr, uint64_t* release, bool last_full) {
+    switch (chunks) {
+      case 4:
+        products(std::integral_constant<int, 4>(), cosine, a_addr, release, last_full);
+        break;
+      case 3:
+        products(std::integral_constant<int, 3>(), cosine, a_addr, release, last_full);
+        break;
+      case 2:
+        products(std::integral_constant<int, 2>(), cosine, a_addr, release, last_full);
+        break;
+      default:
+        products(std::integral_constant<int, 1>(), cosine, a_addr, release, last_full);
     }
   };
   uint32_t base = 0;  // tiles handed over before this slab: the stages' and phases' count
@@ -609,18 +656,10 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
       const uint32_t a_addr = stages_addr + s * kTileBytes;
       best[0] = best[1] = INFINITY;
       best_j[0] = best_j[1] = INT32_MAX;
-      switch (chunks) {
-        case 4:
-          products(std::integral_constant<int, 4>(), a_addr, &empty[s]);
-          break;
-        case 3:
-          products(std::integral_constant<int, 3>(), a_addr, &empty[s]);
-          break;
-        case 2:
-          products(std::integral_constant<int, 2>(), a_addr, &empty[s]);
-          break;
-        default:
-          products(std::integral_constant<int, 1>(), a_addr, &empty[s]);
+      if (args.cosine) {
+        dispatch(std::true_type(), chunks, a_addr, &empty[s], rows % kWgmmaN == 0);
+      } else {
+        dispatch(std::false_type(), chunks, a_addr, &empty[s], rows % kWgmmaN == 0);
       }
       const int64_t row0 = start + t * 64;
 #pragma unroll
