@@ -207,12 +207,15 @@ __host__ __device__ inline int64_t summed_slots(const Placement& at) {
 }
 
 /// A warp per (head, slot from first_slot on): the sum of its values in cluster order (float32,
-/// one lane per column, the same order every run: rows are read four at a time and added one by
-/// one); zero for slots past the call's clusters.
+/// the same order every run); zero for slots past the call's clusters. Lane l adds 16-byte piece
+/// l % 16 (of each pass of 16 pieces) of rows l / 16, l / 16 + 2, ... in row order, sixteen rows
+/// of the warp in flight (a large cluster is a long chain of loads), and the two row parities'
+/// sums are added at the end.
 template <typename T>
 __global__ void __launch_bounds__(256)
     value_sums_kernel(const T* values, const int32_t* counts, const int32_t* starts, Placement at,
                       int value_dim, float* sums) {
+  constexpr int kUnroll = 8;
   const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   const int64_t slots = summed_slots(at);
@@ -223,21 +226,39 @@ __global__ void __launch_bounds__(256)
   const int64_t first = held ? at.token_base + starts[h * at.n_new + local] : 0;
   const int64_t count = held ? counts[h * at.n_new + local] : 0;
   const T* rows = values + (h * at.capacity + first) * value_dim;
-  for (int e = lane; e < value_dim; e += 32) {
-    float s = 0.0f;
-    int64_t r = 0;
-    for (; r + 4 <= count; r += 4) {
-      float v[4];
+  const int pieces = value_dim / 8, parity = lane / 16;
+  for (int p = lane % 16; p - lane % 16 < pieces; p += 16) {
+    float acc[8] = {};
+    if (p < pieces) {
+      const T* column = rows + p * 8;
+      int64_t r = parity;
+      for (; r + 2 * (kUnroll - 1) < count; r += 2 * kUnroll) {
+        Vec<T, 8> x[kUnroll];
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
-        v[u] = to_float(rows[(r + u) * value_dim + e]);
+        for (int u = 0; u < kUnroll; ++u)
+          x[u] = load_vec<T, 8>(column + (r + 2 * u) * value_dim);
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
-        s += v[u];
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            acc[e] += to_float(x[u].v[e]);
+        }
+      }
+      for (; r < count; r += 2) {
+        const Vec<T, 8> x = load_vec<T, 8>(column + r * value_dim);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc[e] += to_float(x.v[e]);
+      }
     }
-    for (; r < count; ++r)
-      s += to_float(rows[r * value_dim + e]);
-    sums[slot * value_dim + e] = s;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      acc[e] += __shfl_xor_sync(0xFFFFFFFFu, acc[e], 16);
+    if (p < pieces && parity == 0) {
+      float4* out = reinterpret_cast<float4*>(sums + slot * value_dim + p * 8);
+      out[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      out[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+    }
   }
 }
 
