@@ -10,8 +10,8 @@
 // accumulators in registers) and keeps each row's running minimum of bias_j - alpha * y . c_j, as
 // the mma.sync kernel does. Two kernels:
 // - the slab kernel (more than 128 centroids, up to 128 dimensions): the centroids stay in shared
-//   memory, 512 at a time, while a producer warpgroup streams the points through to two consumer
-//   warpgroups;
+//   memory, 512 at a time, while a producer warpgroup streams the points through to three
+//   consumer warpgroups;
 // - the block kernel (the rest): a block of two warpgroups takes 128 points and walks the
 //   centroids 128 at a time, double-buffered by cp.async; two blocks per SM.
 #include <algorithm>
@@ -321,12 +321,12 @@ struct SlabArgs {
   int slab_rows;
 };
 
-constexpr int kSlabConsumers = 2;  // consumer warpgroups, taking tiles alternately
+constexpr int kSlabConsumers = 3;  // consumer warpgroups, taking tiles in turn
 constexpr int kSlabThreads = (kSlabConsumers + 1) * kWgThreads;
-constexpr int kSlabStages = 4;  // 64-point tiles in shared memory
+constexpr int kSlabStages = 5;  // 64-point tiles in shared memory
 constexpr int kSlabLag = 2;     // tiles whose loads a producer thread keeps in flight
-constexpr int kProducerRegs = 96;
-constexpr int kConsumerRegs = 200;
+constexpr int kProducerRegs = 64;
+constexpr int kConsumerRegs = 144;
 // setmaxnreg moves registers within the block's allocation at launch (65536 / 384 threads, in
 // steps of 8: 168 each); asking for more than it holds waits forever.
 static_assert(kProducerRegs * kWgThreads + kConsumerRegs * kSlabConsumers * kWgThreads <=
@@ -392,10 +392,10 @@ __device__ __forceinline__ float2 shared_float2(uint32_t address) {
 // The centroids stay in shared memory (a slab of slab_rows at a time; the rows' minima over
 // earlier slabs are read back from the results, write_best's merge). A producer warpgroup streams
 // the block's 64-point tiles through kSlabStages stages (cp.async; centred and weighed there;
-// handed over by mbarriers) and two consumer warpgroups take the tiles alternately, each issuing
-// a chunk's products before it finds the minima of the chunk before (two accumulator sets), so
-// that the tensor cores wait neither on loads nor on the arg-min. setmaxnreg moves the producer's
-// registers to the consumers.
+// handed over by mbarriers) and three consumer warpgroups take the tiles in turn, each
+// multiplying 128 centroids at a time into its one accumulator set and then finding their minima,
+// so that the others' products keep the tensor cores busy while one takes its minima.
+// setmaxnreg moves the producer's registers to the consumers.
 template <typename T, int kKBlocks>
 __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T> sa) {
   const AssignArgs<T>& args = sa.a;
@@ -535,10 +535,9 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   int64_t j0 = 0;
   // Each row's running minimum and its column, the column packed into the score (tagged): an
   // FMA, a LOP3 and a minimum per score. Lane l holds columns 8 j + 2 (l % 4) + e of rows l / 4
-  // (h = 0) and l / 4 + 8 (h = 1) of its warp's 16; each (h, e) is a chain of its own. Cosine's
-  // scores are -y . c_j (bias 0, alpha 1): over a chunk of real centroids (kPlain) the minimum is
-  // minus the maximum of the tagged products, bit for bit (the tag leaves the sign alone), without
-  // the FMA and the bias loads.
+  // (h = 0) and l / 4 + 8 (h = 1) of its warp's 16. Cosine's scores are -y . c_j (bias 0, alpha
+  // 1): over a chunk of real centroids (kPlain) the minimum is minus the maximum of the tagged
+  // products, bit for bit (the tag leaves the sign alone), without the FMA and the bias loads.
   const uint32_t bias_addr = shared_address(slab_bias) + 8 * quad;
   uint32_t low7 = 127;
   asm volatile("" : "+r"(low7));  // kept in a register for tagged's LOP3
@@ -579,59 +578,37 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
       best[h] = better ? lowest : best[h];
     }
   };
-  // The chunks of a slab, a compile-time count: chunk c's products go to acc[c % 2] and are issued
-  // before the minima of chunk c - 1 are taken. kCosine: the plain minima, except in a last chunk
-  // that runs past k (last_full false), whose extra columns only the bias keeps out.
-  auto products = [&](auto count, auto cosine, uint32_t a_addr, uint64_t* release, bool last_full) {
+  // A tile's chunks (a compile-time count), each multiplied into the consumer's one accumulator
+  // set and then its minima taken: the three consumers overlap one another, one or two
+  // multiplying while the others take minima. kCosine: the plain minima over chunks of real
+  // centroids (`rows` of the slab).
+  auto products = [&](auto count, auto cosine, uint32_t a_addr, uint64_t* release, int rows) {
     constexpr int kC = decltype(count)::value;
     constexpr bool kCosine = decltype(cosine)::value;
-    float acc0[64], acc1[64];
-    auto issue = [&](float(&acc)[64], int c) {
-      multiply_chunk<T, kKBlocks>(acc, a_addr, 64, slab_addr + c * kWgmmaN * block_bytes);
-      wgmma_commit();
-    };
-    issue(acc0, 0);
-    if constexpr (kC > 1) issue(acc1, 1);
+    float acc[64];
 #pragma unroll
     for (int c = 0; c < kC; ++c) {
-      float(&acc)[64] = (c & 1) ? acc1 : acc0;
-      if (c + 1 < kC) {
-        wgmma_wait<1>();
-      } else {
-        wgmma_wait<0>();
+      multiply_chunk<T, kKBlocks>(acc, a_addr, 64, slab_addr + c * kWgmmaN * block_bytes);
+      wgmma_commit();
+      wgmma_wait<0>();
+      if (c + 1 == kC) {
         // The tensor cores are done with the stage.
         __syncwarp();
         if (lane == 0) mbarrier_arrive(release);
       }
       hold(acc);
-      if (kCosine && (c + 1 < kC || last_full)) {
+      if (kCosine && (c + 1) * kWgmmaN <= rows) {
         arg_min(acc, c, std::true_type());
       } else {
         arg_min(acc, c, std::false_type());
       }
-      if (c + 2 < kC) issue(acc, c + 2);
-    }
-  };
-  auto dispatch = [&](auto cosine, int chunks, uint32_t a_addr, uint64_t* release, bool last_full) {
-    switch (chunks) {
-      case 4:
-        products(std::integral_constant<int, 4>(), cosine, a_addr, release, last_full);
-        break;
-      case 3:
-        products(std::integral_constant<int, 3>(), cosine, a_addr, release, last_full);
-        break;
-      case 2:
-        products(std::integral_constant<int, 2>(), cosine, a_addr, release, last_full);
-        break;
-      default:
-        products(std::integral_constant<int, 1>(), cosine, a_addr, release, last_full);
     }
   };
   uint32_t base = 0;  // tiles handed over before this slab: the stages' and phases' count
   for (; j0 < args.k; j0 += slab_rows) {
     const int rows = args.k - j0 < slab_rows ? static_cast<int>(args.k - j0) : slab_rows;
     const int chunks = (rows + kWgmmaN - 1) / kWgmmaN;
-    consumer_barrier<kConsumerThreads>();  // both consumers are done with the previous slab
+    consumer_barrier<kConsumerThreads>();  // the consumers are done with the previous slab
 #pragma unroll 1
     for (int idx = tid; idx < chunks * kWgmmaN * pieces; idx += kConsumerThreads) {
       const int r = idx / pieces, p = idx % pieces;
@@ -656,10 +633,25 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
       const uint32_t a_addr = stages_addr + s * kTileBytes;
       best[0] = best[1] = INFINITY;
       best_j[0] = best_j[1] = INT32_MAX;
+      auto count = [&](auto cosine) {
+        switch (chunks) {
+          case 4:
+            products(std::integral_constant<int, 4>(), cosine, a_addr, &empty[s], rows);
+            break;
+          case 3:
+            products(std::integral_constant<int, 3>(), cosine, a_addr, &empty[s], rows);
+            break;
+          case 2:
+            products(std::integral_constant<int, 2>(), cosine, a_addr, &empty[s], rows);
+            break;
+          default:
+            products(std::integral_constant<int, 1>(), cosine, a_addr, &empty[s], rows);
+        }
+      };
       if (args.cosine) {
-        dispatch(std::true_type(), chunks, a_addr, &empty[s], rows % kWgmmaN == 0);
+        count(std::true_type());
       } else {
-        dispatch(std::false_type(), chunks, a_addr, &empty[s], rows % kWgmmaN == 0);
+        count(std::false_type());
       }
       const int64_t row0 = start + t * 64;
 #pragma unroll
