@@ -251,6 +251,21 @@ double product_eps(DType dtype) {
   return dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
 }
 
+/// Each of the n keys (n x d values of dtype, 16-bit) of one head assigned to the nearest of the
+/// m centroids (cosine, centred by `mean`), in double precision.
+ref::KmeansReference nearest_centroids(DType dtype, const unsigned char* keys, int64_t n, int64_t d,
+                                       const std::vector<double>& centroids, int64_t m,
+                                       const std::vector<double>& mean) {
+  ref::KmeansLayout one;
+  one.n = n;
+  one.d = d;
+  one.ld = d;
+  one.batch_stride = n * d;
+  ref::HostArray head(dtype, n * d);
+  std::memcpy(head.data(), keys, static_cast<size_t>(n * d * 2));
+  return ref::kmeans_assign(head, one, centroids, m, mean, KmeansMetric::kCosine);
+}
+
 class IvfBuildCase : public OpCase {
  public:
   explicit IvfBuildCase(const CaseConfig& config) : config_(config) {}
@@ -323,18 +338,10 @@ class IvfBuildCase : public OpCase {
           ++seen[t];
         }
       }
-      ref::KmeansLayout one;
-      one.n = n;
-      one.d = d;
-      one.ld = d;
-      one.batch_stride = n * d;
-      ref::HostArray head(sh.dtype, n * d);
-      std::memcpy(head.data(), keys + hh * n * d * 2, static_cast<size_t>(n * d * 2));
-      const std::vector<double> centroids(st.centroids.begin() + hh * c * d,
-                                          st.centroids.begin() + (hh + 1) * c * d);
-      const std::vector<double> mean(st.means.begin() + hh * d, st.means.begin() + (hh + 1) * d);
-      const ref::KmeansReference nearest =
-          ref::kmeans_assign(head, one, centroids, c, mean, KmeansMetric::kCosine);
+      const ref::KmeansReference nearest = nearest_centroids(
+          sh.dtype, keys + hh * n * d * 2, n, d,
+          {st.centroids.begin() + hh * c * d, st.centroids.begin() + (hh + 1) * c * d}, c,
+          {st.means.begin() + hh * d, st.means.begin() + (hh + 1) * d});
       const int64_t per = c / p.n_segments;
       for (int64_t t = 0; t < n; ++t) {
         const int32_t label = st.labels[hh * n + t];
@@ -585,19 +592,10 @@ class IvfExtendCase : public OpCase {
         }
       }
       // The new cluster of the largest inner product among the returned new centroids.
-      ref::KmeansLayout one;
-      one.n = t_new;
-      one.d = d;
-      one.ld = d;
-      one.batch_stride = t_new * d;
-      ref::HostArray head(sh.dtype, t_new * d);
-      std::memcpy(head.data(), keys + (hh * drawn + old_tokens) * d * 2,
-                  static_cast<size_t>(t_new * d * 2));
-      const std::vector<double> cents(centroids.begin() + (hh * cm + c0) * d,
-                                      centroids.begin() + (hh * cm + c0 + m) * d);
-      const std::vector<double> mean(means.begin() + hh * d, means.begin() + (hh + 1) * d);
-      const ref::KmeansReference nearest =
-          ref::kmeans_assign(head, one, cents, m, mean, KmeansMetric::kCosine);
+      const ref::KmeansReference nearest = nearest_centroids(
+          sh.dtype, keys + (hh * drawn + old_tokens) * d * 2, t_new, d,
+          {centroids.begin() + (hh * cm + c0) * d, centroids.begin() + (hh * cm + c0 + m) * d}, m,
+          {means.begin() + hh * d, means.begin() + (hh + 1) * d});
       for (int64_t t = 0; t < t_new; ++t) {
         const bool right =
             seen[t] == 1 && (label[t] == nearest.labels[t] || nearest.margins[t] <= 32 * eps);
