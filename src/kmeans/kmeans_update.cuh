@@ -128,7 +128,9 @@ struct SumArgs {
   bool prefetch;  // prefetch_share: each problem's rows fit L2 a few times over
 };
 
-constexpr int kSumWarps = 8;
+// Two warps a block: a block holds its SM slot until its largest cluster is summed, and clusters'
+// sizes vary; smaller blocks leave fewer warps idle behind the largest.
+constexpr int kSumWarps = 2;
 
 /// Prefetches into L2, as one stream, the block's share of its problem's rows (the problem's
 /// blocks split them evenly), so that the warps gather their clusters' scattered rows from L2
@@ -165,7 +167,8 @@ __device__ __forceinline__ void prefetch_share(const SumArgs<T>& args) {
 /// reads 32 / kL rows per load and keeps several loads in flight; each group of kL lanes adds
 /// its rows in row order and the groups are added in a fixed order: the same bits every run.
 template <typename T, int kL, int kQ>
-__global__ void __launch_bounds__(kSumWarps * 32, kQ == 1 ? 4 : 2) sum_kernel(SumArgs<T> args) {
+__global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarps)
+    sum_kernel(SumArgs<T> args) {
   constexpr int kSumUnroll = kQ == 1 ? 4 : 2;  // loads a lane has in flight before it adds any
   constexpr int kV = kPieceValues<T>;
   constexpr int kR = kWarp / kL;  // rows per load
