@@ -30,6 +30,31 @@ P* at(unsigned char* base, size_t offset) {
   return reinterpret_cast<P*>(base + offset);
 }
 
+/// Adds the 16-byte piece at `column` of rows r, r + stride, ... below `end` (rows `ld` values
+/// apart) into acc, in row order, with kU loads in flight before any is added.
+template <int kU, typename T>
+__device__ __forceinline__ void add_rows(const T* column, int64_t ld, int64_t r, int64_t end,
+                                         int64_t stride, float (&acc)[8]) {
+  for (; r + (kU - 1) * stride < end; r += kU * stride) {
+    Vec<T, 8> x[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      x[u] = load_vec<T, 8>(column + (r + u * stride) * ld);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        acc[e] += to_float(x[u].v[e]);
+    }
+  }
+  for (; r < end; r += stride) {
+    const Vec<T, 8> x = load_vec<T, 8>(column + r * ld);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      acc[e] += to_float(x.v[e]);
+  }
+}
+
 /// Column sums of the rows of part blockIdx.y (of kMeanParts) of head blockIdx.x, into
 /// parts[h, part, :]: P = d / 8 lanes a row, each adding its 16-byte piece of every
 /// (256 / P)-th row in row order; the row slots' sums are then added in order.
@@ -44,26 +69,7 @@ __global__ void __launch_bounds__(256)
   const T* head = keys + h * seq * d;
   float acc[8] = {};
   if (slot < slots) {
-    int64_t r = first + slot;
-    // Four rows in flight before any is added.
-    for (; r + 3 * slots < last; r += 4 * slots) {
-      Vec<T, 8> x[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u)
-        x[u] = load_vec<T, 8>(head + (r + u * slots) * d + piece * 8);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          acc[e] += to_float(x[u].v[e]);
-      }
-    }
-    for (; r < last; r += slots) {
-      const Vec<T, 8> x = load_vec<T, 8>(head + r * d + piece * 8);
-#pragma unroll
-      for (int e = 0; e < 8; ++e)
-        acc[e] += to_float(x.v[e]);
-    }
+    add_rows<4>(head + piece * 8, d, first + slot, last, slots, acc);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       slot_sums[slot * d + piece * 8 + e] = acc[e];
@@ -215,7 +221,6 @@ template <typename T>
 __global__ void __launch_bounds__(256)
     value_sums_kernel(const T* values, const int32_t* counts, const int32_t* starts, Placement at,
                       int value_dim, float* sums) {
-  constexpr int kUnroll = 8;
   const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   const int64_t slots = summed_slots(at);
@@ -229,28 +234,7 @@ __global__ void __launch_bounds__(256)
   const int pieces = value_dim / 8, parity = lane / 16;
   for (int p = lane % 16; p - lane % 16 < pieces; p += 16) {
     float acc[8] = {};
-    if (p < pieces) {
-      const T* column = rows + p * 8;
-      int64_t r = parity;
-      for (; r + 2 * (kUnroll - 1) < count; r += 2 * kUnroll) {
-        Vec<T, 8> x[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          x[u] = load_vec<T, 8>(column + (r + 2 * u) * value_dim);
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            acc[e] += to_float(x[u].v[e]);
-        }
-      }
-      for (; r < count; r += 2) {
-        const Vec<T, 8> x = load_vec<T, 8>(column + r * value_dim);
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          acc[e] += to_float(x.v[e]);
-      }
-    }
+    if (p < pieces) add_rows<8>(rows + p * 8, value_dim, parity, count, 2, acc);
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       acc[e] += __shfl_xor_sync(0xFFFFFFFFu, acc[e], 16);

@@ -327,8 +327,8 @@ constexpr int kSlabStages = 5;  // 64-point tiles in shared memory
 constexpr int kSlabLag = 2;     // tiles whose loads a producer thread keeps in flight
 constexpr int kProducerRegs = 64;
 constexpr int kConsumerRegs = 144;
-// setmaxnreg moves registers within the block's allocation at launch (65536 / 384 threads, in
-// steps of 8: 168 each); asking for more than it holds waits forever.
+// setmaxnreg moves registers within the block's allocation at launch (65536 / 512 threads, in
+// steps of 8: 128 each); asking for more than it holds waits forever.
 static_assert(kProducerRegs * kWgThreads + kConsumerRegs * kSlabConsumers * kWgThreads <=
                   65536 / kSlabThreads / 8 * 8 * kSlabThreads,
               "the warpgroups' registers fit the block's");

@@ -174,7 +174,22 @@ class DeviceIndex {
     return host;
   }
 
-  bool all_heads_drawn() const { return unique_ == index_.shape.heads; }
+  /// Whether `op`'s --check can run: every head's keys drawn, none a copy of another's.
+  Status checkable(const char* op) const {
+    if (unique_ == index_.shape.heads) return Status();
+    return Status(
+        StatusCode::kNotSupported,
+        std::string(op) + ": --check takes at most 2^24 key values (fewer heads or tokens)");
+  }
+
+  /// The index poisoned (every byte 0xff) and built again on `stream`, so that a check reads only
+  /// what the build (and whatever follows it) writes.
+  Status rebuild_poisoned(const char* op, cudaStream_t stream) {
+    if (cudaMemsetAsync(index_.data, 0xff, layout_.bytes, stream) != cudaSuccess) {
+      return Status(StatusCode::kCudaError, std::string(op) + ": poisoning the index failed");
+    }
+    return build(stream);
+  }
   /// Tokens drawn per head: the build's, then the reserved ones.
   int64_t drawn_tokens() const { return total_; }
   const IvfIndex& index() const { return index_; }
@@ -213,17 +228,6 @@ class DeviceIndex {
                 int64_t count) const {
     if (count == 0) return Status();
     const int64_t heads = index_.shape.heads, bytes = count * row_bytes;
-    if (first == 0 && count == total_) {
-      // Whole heads: the drawn ones in one copy each round.
-      for (int64_t h = 0; h < heads; h += unique_) {
-        const int64_t n = std::min(unique_, heads - h);
-        if (cudaMemcpy(device->as<unsigned char>() + h * bytes, host.data(),
-                       static_cast<size_t>(n * bytes), cudaMemcpyHostToDevice) != cudaSuccess) {
-          return Status(StatusCode::kCudaError, "ivf: uploading the keys or values failed");
-        }
-      }
-      return Status();
-    }
     for (int64_t h = 0; h < heads; ++h) {
       const auto* src = static_cast<const unsigned char*>(host.data()) +
                         ((h % unique_) * total_ + first) * row_bytes;
@@ -298,14 +302,8 @@ class IvfBuildCase : public OpCase {
   Status run(cudaStream_t stream) override { return index_.build(stream); }
 
   Status check(cudaStream_t stream, ref::CompareResult* result) override {
-    if (!index_.all_heads_drawn()) {
-      return Status(StatusCode::kNotSupported,
-                    "ivf_build: --check takes at most 2^24 key values (fewer heads or tokens)");
-    }
-    if (cudaMemsetAsync(index_.index().data, 0xff, index_.layout().bytes, stream) != cudaSuccess) {
-      return Status(StatusCode::kCudaError, "ivf_build: poisoning the index failed");
-    }
-    if (Status s = run(stream); !s.ok()) return s;
+    if (Status s = index_.checkable("ivf_build"); !s.ok()) return s;
+    if (Status s = index_.rebuild_poisoned("ivf_build", stream); !s.ok()) return s;
     if (cudaStreamSynchronize(stream) != cudaSuccess) {
       return Status(StatusCode::kCudaError, "ivf_build: the build failed");
     }
@@ -434,10 +432,7 @@ class IvfSearchCase : public OpCase {
   }
 
   Status check(cudaStream_t stream, ref::CompareResult* result) override {
-    if (!index_.all_heads_drawn()) {
-      return Status(StatusCode::kNotSupported,
-                    "ivf_search: --check takes at most 2^24 key values (fewer heads or tokens)");
-    }
+    if (Status s = index_.checkable("ivf_search"); !s.ok()) return s;
     const int64_t rows = queries_.q_heads * queries_.n_queries, results = rows * params_.k;
     if (cudaMemsetAsync(scores_.get(), 0xff, static_cast<size_t>(results * 4), stream) !=
             cudaSuccess ||
@@ -532,15 +527,9 @@ class IvfExtendCase : public OpCase {
   }
 
   Status check(cudaStream_t stream, ref::CompareResult* result) override {
-    if (!index_.all_heads_drawn()) {
-      return Status(StatusCode::kNotSupported,
-                    "ivf_extend: --check takes at most 2^24 key values (fewer heads or tokens)");
-    }
+    if (Status s = index_.checkable("ivf_extend"); !s.ok()) return s;
     // Poisoned, built again and extended: the new slots are all the extension's writing.
-    if (cudaMemsetAsync(built_.data, 0xff, index_.layout().bytes, stream) != cudaSuccess) {
-      return Status(StatusCode::kCudaError, "ivf_extend: poisoning the index failed");
-    }
-    if (Status s = index_.build(stream); !s.ok()) return s;
+    if (Status s = index_.rebuild_poisoned("ivf_extend", stream); !s.ok()) return s;
     IvfIndex index = built_;
     if (Status s = ivf_extend(input_, params_, &index, workspace_.get(), workspace_bytes_, stream);
         !s.ok()) {
