@@ -171,10 +171,9 @@ Status launch_probe(const ProbeCall& call, cudaStream_t stream) {
   auto* lengths =
       call.clusters != nullptr ? reinterpret_cast<int64_t*>(ws + w.lengths) : call.out.lengths;
   if (Status st =
-          launch_after(op, probes_kernel, dim3(static_cast<unsigned>(rows)), kSelectThreads, 0,
-                       stream, ranked, reinterpret_cast<const int64_t*>(ix + call.index.offsets),
-                       call.n_clusters, call.n_queries, row_group, s.max_clusters, call.n_probe,
-                       call.max_tokens, probes, starts, places, lengths);
+          launch_probes(op, rows, ranked, reinterpret_cast<const int64_t*>(ix + call.index.offsets),
+                        call.n_clusters, call.n_queries, row_group, s.max_clusters, call.n_probe,
+                        call.max_tokens, probes, starts, places, lengths, stream);
       !st.ok()) {
     return st;
   }

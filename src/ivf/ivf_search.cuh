@@ -44,9 +44,10 @@ static_assert(kMaxDim <= 128 * 4, "at most four 8-value chunks per lane");
 static_assert(kIvfMaxK <= kMaxSorted, "a block sorts the k best");
 
 /// Launches `kernel` on `grid` as dependent on the kernel before it in the stream where the
-/// device and image allow: its launch overlaps that kernel's end. Every kernel here starts with
-/// allow_next_kernel() and wait_for_prior_kernels() (all it reads, the index included, may be the
-/// previous kernel's output).
+/// device and image allow: its launch overlaps that kernel's end. Every kernel here waits for the
+/// kernels before it first (all it reads, the index included, may be their output); the search's
+/// let the next kernel launch only when they are done (search_done), the others as they start
+/// (follow_prior_kernels).
 template <typename... Params, typename... Args>
 Status launch_after(const char* op, void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
                     cudaStream_t stream, Args... args) {
@@ -63,10 +64,18 @@ Status launch_after(const char* op, void (*kernel)(Params...), dim3 grid, int th
   return check_launch(op, stream);
 }
 
-/// What every kernel here does first (launch_after).
+/// What the retrieval's kernels do first (launch_after).
 __device__ __forceinline__ void follow_prior_kernels() {
   allow_next_kernel();
   wait_for_prior_kernels();
+}
+
+/// What the search's kernels do last, having waited for the kernels before them first. A block of
+/// the next kernel launched earlier would wait on an SM that this kernel's later blocks need (the
+/// probes' blocks, resident while the cluster scores ran their last blocks, cost about 8 us a
+/// search).
+__device__ __forceinline__ void search_done() {
+  allow_next_kernel();
 }
 
 /// The sum over the 16 lanes of each half warp (every lane of the warp takes part).
@@ -98,7 +107,7 @@ __global__ void __launch_bounds__(kScoreThreads)
                           int64_t head_rows, int64_t row_tiles, int64_t max_clusters,
                           int64_t n_clusters, int d, float scale, float* scores) {
   extern __shared__ float q[];  // [rows, d]
-  follow_prior_kernels();
+  wait_for_prior_kernels();
   const int64_t h = blockIdx.x / row_tiles;
   const int64_t row0 = (blockIdx.x % row_tiles) * kRowsPerBlock;
   const int rows = static_cast<int>(min(static_cast<int64_t>(kRowsPerBlock), head_rows - row0));
@@ -154,70 +163,107 @@ __global__ void __launch_bounds__(kScoreThreads)
       }
     }
   }
+  search_done();
+}
+
+/// The sum over a warp (every lane takes part).
+__device__ __forceinline__ int64_t warp_sum(int64_t v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
 /// A block per query row: the n_probe best clusters in ascending order, with each one's first
 /// token in its head (starts) and first place in the row's candidate list (places, n_probe + 1
 /// per row, the last the total), and the row's length (at most max_candidates). Clusters scored
-/// -inf (empty) are left out; the list is padded with -1 (size 0).
+/// -inf (empty) are left out; the list is padded with -1 (size 0). staged_row: the row's scores
+/// are first copied to dynamic shared memory.
 __global__ void __launch_bounds__(kSelectThreads)
     probes_kernel(const float* scores, const int64_t* offsets, int64_t n_clusters,
                   int64_t n_queries, int64_t group, int64_t max_clusters, int64_t n_probe,
-                  int64_t max_candidates, int32_t* probes, int64_t* starts, int64_t* places,
-                  int64_t* lengths) {
-  using PairScan = cub::BlockScan<int64_t, kSelectThreads>;
+                  int64_t max_candidates, bool staged_row, int32_t* probes, int64_t* starts,
+                  int64_t* places, int64_t* lengths) {
+  constexpr int kWarps = kSelectThreads / 32;
   __shared__ SelectShared s;
-  __shared__ typename PairScan::TempStorage size_scan;
-  follow_prior_kernels();
+  __shared__ uint64_t ties[kMaxTies];
+  __shared__ uint32_t warp_count[kWarps];
+  __shared__ int64_t warp_tokens[kWarps];
+  extern __shared__ float staged[];
+  wait_for_prior_kernels();
   const int64_t r = blockIdx.x;
   const float* row = scores + r * n_clusters;
   const int64_t* off = offsets + ((r / n_queries) / group) * (max_clusters + 1);
-  const auto load = [&](int64_t i) { return make_item(row[i], static_cast<int32_t>(i)); };
-  uint64_t it[kHeldItems];
-  const int len = run_length(n_clusters);
-  const int mine = n_clusters <= kHeldTile ? load_run(0, n_clusters, len, load, it) : 0;
-  select_bound(
-      n_clusters, n_probe, [&](auto f) { for_each_item(n_clusters, load, it, mine, f); }, s);
-  const uint64_t mask = s.mask, prefix = s.prefix;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  // Each warp's share of the clusters, whole 32s in order; its offsets go to L1 while the
+  // selection runs (the compaction reads those of the chosen clusters).
+  const int64_t share = (n_clusters + kWarps * 32 - 1) / (kWarps * 32) * 32;
+  const int64_t lo = min(n_clusters, warp * share), hi = min(n_clusters, lo + share);
+  for (int64_t i = lo + 16 * lane; i <= hi; i += 16 * 32)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(off + i));
+  if (staged_row) stage_row(row, n_clusters, staged);
+  __syncthreads();
+  const float* src = staged_row ? staged : row;
+  const auto get = [&](int64_t i) { return make_item(src[i], static_cast<int32_t>(i)); };
+  const auto each = [&](auto f) { for_each_item(n_clusters, get, f); };
+  if (!select_by_bins(n_clusters, n_probe, each, s, ties))
+    select_bound(n_clusters, n_probe, each, s);
+  const uint64_t threshold = s.prefix;
+  const auto chosen = [&](int64_t i) {
+    const uint64_t item = get(i);
+    return item >= threshold && static_cast<uint32_t>(item >> 32) != kNegInfKey;
+  };
+  // Each warp counts its chosen clusters and their tokens; the warps' totals place its own.
+  uint32_t count = 0;
+  int64_t tokens = 0;
+  for (int64_t c = lo; c < hi; c += 32) {
+    const int64_t i = c + lane;
+    const bool in = i < hi && chosen(i);
+    count += __popc(__ballot_sync(0xffffffffu, in));
+    if (in) tokens += off[i + 1] - off[i];
+  }
+  tokens = warp_sum(tokens);
+  if (lane == 0) {
+    warp_count[warp] = count;
+    warp_tokens[warp] = tokens;
+  }
+  __syncthreads();
+  uint32_t slot0 = 0, chosen_all = 0;
+  int64_t at = 0, total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < warp) {
+      slot0 += warp_count[w];
+      at += warp_tokens[w];
+    }
+    chosen_all += warp_count[w];
+    total += warp_tokens[w];
+  }
   int32_t* out = probes + r * n_probe;
   int64_t* start = starts + r * n_probe;
   int64_t* place = places + r * (n_probe + 1);
-  // Tile by tile, each thread's run in order: scans of the counts and the sizes place the runs.
-  int64_t base = 0, total = 0;
-  for (int64_t tile0 = 0; tile0 < n_clusters; tile0 += kHeldTile) {
-    uint64_t run[kHeldItems];
-    const int m = n_clusters <= kHeldTile ? mine : load_run(tile0, n_clusters, len, load, run);
-    const int64_t first = tile0 + int64_t{threadIdx.x} * len;
-    uint32_t flags = 0;
-    int64_t sizes = 0;
+  for (int64_t c = lo; c < hi; c += 32) {
+    const int64_t i = c + lane;
+    const bool in = i < hi && chosen(i);
+    const unsigned ballot = __ballot_sync(0xffffffffu, in);
+    if (ballot == 0) continue;  // the same for the whole warp
+    const int64_t size = in ? off[i + 1] - off[i] : 0;
+    int64_t upto = size;  // an inclusive scan of the sizes over the warp
 #pragma unroll
-    for (int u = 0; u < kHeldItems; ++u) {
-      const uint64_t item = n_clusters <= kHeldTile ? it[u] : run[u];
-      if (u < m && (item & mask) >= prefix && static_cast<uint32_t>(item >> 32) != kNegInfKey) {
-        flags |= 1u << u;
-        sizes += off[first + u + 1] - off[first + u];
-      }
+    for (int o = 1; o < 32; o <<= 1) {
+      const int64_t v = __shfl_up_sync(0xffffffffu, upto, o);
+      if (lane >= o) upto += v;
     }
-    uint32_t before = 0, count = 0;
-    SelectScan(s.scan).ExclusiveSum(static_cast<uint32_t>(__popc(flags)), before, count);
-    int64_t at = 0, tile_sizes = 0;
-    PairScan(size_scan).ExclusiveSum(sizes, at, tile_sizes);
-    at += total;
-#pragma unroll
-    for (int u = 0; u < kHeldItems; ++u) {
-      if ((flags >> u) & 1u) {
-        const int64_t j = first + u, slot = base + before++;
-        out[slot] = static_cast<int32_t>(j);
-        start[slot] = off[j];
-        place[slot] = at;
-        at += off[j + 1] - off[j];
-      }
+    if (in) {
+      const uint32_t slot = slot0 + __popc(ballot & ((1u << lane) - 1));
+      out[slot] = static_cast<int32_t>(i);
+      start[slot] = off[i];
+      place[slot] = at + upto - size;
     }
-    base += count;
-    total += tile_sizes;
-    __syncthreads();  // the scans' storage is used again
+    slot0 += __popc(ballot);
+    at += __shfl_sync(0xffffffffu, upto, 31);
   }
-  for (int64_t i = base + threadIdx.x; i <= n_probe; i += kSelectThreads) {
+  for (int64_t i = chosen_all + threadIdx.x; i <= n_probe; i += kSelectThreads) {
     if (i < n_probe) {
       out[i] = -1;
       start[i] = 0;
@@ -225,6 +271,30 @@ __global__ void __launch_bounds__(kSelectThreads)
     place[i] = total;
   }
   if (threadIdx.x == 0) lengths[r] = min(total, max_candidates);
+  search_done();
+}
+
+/// The probes of every row of `scores` (probes_kernel), each row first copied to shared memory
+/// where the device has room for it.
+Status launch_probes(const char* op, int64_t rows, const float* scores, const int64_t* offsets,
+                     int64_t n_clusters, int64_t n_queries, int64_t group, int64_t max_clusters,
+                     int64_t n_probe, int64_t max_candidates, int32_t* probes, int64_t* starts,
+                     int64_t* places, int64_t* lengths, cudaStream_t stream) {
+  size_t room = 0;
+  if (Status st = max_dynamic_smem(op, reinterpret_cast<const void*>(probes_kernel), &room);
+      !st.ok()) {
+    return st;
+  }
+  const size_t bytes = static_cast<size_t>(n_clusters) * sizeof(float);
+  const bool staged = n_clusters <= kStagedScores && bytes <= room;
+  const size_t smem = staged ? bytes : 0;
+  if (Status st = allow_dynamic_smem(op, reinterpret_cast<const void*>(probes_kernel), smem);
+      !st.ok()) {
+    return st;
+  }
+  return launch_after(op, probes_kernel, dim3(static_cast<unsigned>(rows)), kSelectThreads, smem,
+                      stream, scores, offsets, n_clusters, n_queries, group, max_clusters, n_probe,
+                      max_candidates, staged, probes, starts, places, lengths);
 }
 
 /// Blocks of kProbesPerBlock probes of one query row (blockIdx.x the row, blockIdx.y the probes):
@@ -240,7 +310,7 @@ __global__ void __launch_bounds__(kCandidateThreads)
   __shared__ __align__(16) float q[kMaxDim];
   __shared__ int64_t place[kProbesPerBlock + 1];
   __shared__ int64_t start[kProbesPerBlock];
-  follow_prior_kernels();
+  wait_for_prior_kernels();
   const int64_t r = blockIdx.x, p0 = blockIdx.y * static_cast<int64_t>(kProbesPerBlock);
   const int64_t h = (r / n_queries) / group;
   if (threadIdx.x <= kProbesPerBlock) {
@@ -307,54 +377,68 @@ __global__ void __launch_bounds__(kCandidateThreads)
       if (id[u] >= 0 && lane == 0) out[base + side * kTokensPerHalf + u] = make_item(s, id[u]);
     }
   }
+  search_done();
 }
 
 /// A block per query row: the k best of its candidates, best first; (-inf, -1) past them.
 __global__ void __launch_bounds__(kSelectThreads)
     best_kernel(const uint64_t* cand, const int64_t* lengths, int64_t max_candidates, int64_t k,
-                float* scores, int64_t* ids) {
+                int64_t staged, float* scores, int64_t* ids) {
   __shared__ SelectShared s;
-  extern __shared__ uint64_t best[];  // a power of two >= k, >= 64
+  // width (a power of two >= k, >= 64) + kMaxBinRun items, then the row where it fits (`staged`
+  // items)
+  extern __shared__ uint64_t best[];
   __shared__ uint32_t taken;
-  follow_prior_kernels();
+  wait_for_prior_kernels();
   const int64_t r = blockIdx.x, n = lengths[r];
   const uint64_t* row = cand + r * max_candidates;
-  const auto load = [&](int64_t i) { return row[i]; };
-  uint64_t it[kHeldItems];
-  const int mine = n <= kHeldTile ? load_run(0, n, run_length(n), load, it) : 0;
-  const auto each = [&](auto f) { for_each_item(n, load, it, mine, f); };
-  select_bound(n, k, each, s);
-  const int count = static_cast<int>(min(n, k));
   int width = 64;
-  while (width < count)
+  while (width < k)
     width <<= 1;
-  if (threadIdx.x == 0) taken = 0;
+  uint64_t* in_shared = best + width + kMaxBinRun;
+  const uint64_t* src = n <= staged ? in_shared : row;
+  if (n <= staged) stage_row(row, n, in_shared);
   __syncthreads();
-  const uint64_t mask = s.mask, prefix = s.prefix;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  each([&](uint64_t item, bool valid) {
-    const bool in = valid && (item & mask) >= prefix;
-    const unsigned ballot = __ballot_sync(0xffffffffu, in);
-    if (ballot == 0) return;
-    uint32_t slot = 0;
-    if (lane == 0) slot = atomicAdd(&taken, static_cast<uint32_t>(__popc(ballot)));
-    slot = __shfl_sync(0xffffffffu, slot, 0) + __popc(ballot & ((1u << lane) - 1));
-    if (in) best[slot] = item;
-  });
-  for (int i = count + threadIdx.x; i < width; i += kSelectThreads)
-    best[i] = 0;
-  __syncthreads();
-  sort_descending(best, width);
-  for (int64_t i = threadIdx.x; i < k; i += kSelectThreads) {
-    float score = -INFINITY;
-    int64_t id = -1;
-    if (i < count) {
-      score = item_score(best[i]);
-      if (score != -INFINITY) id = item_id(best[i]);
-    }
+  const auto each = [&](auto f) {
+    for_each_item(
+        n, [&](int64_t i) { return src[i]; }, f);
+  };
+  const int count = static_cast<int>(min(n, k));
+  const auto write = [&](int64_t i, uint64_t item) {
+    const float score = item_score(item);
     scores[r * k + i] = score;
-    ids[r * k + i] = id;
+    ids[r * k + i] = score == -INFINITY ? -1 : item_id(item);
+  };
+  if (n > 0 && !sort_by_bins(n, k, each, s, best, write)) {
+    select_bound(n, k, each, s);
+    width = 64;
+    while (width < count)
+      width <<= 1;
+    if (threadIdx.x == 0) taken = 0;
+    __syncthreads();
+    const uint64_t prefix = s.prefix;
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    each([&](uint64_t item, bool valid) {
+      const bool in = valid && item >= prefix;
+      const unsigned ballot = __ballot_sync(0xffffffffu, in);
+      if (ballot == 0) return;
+      uint32_t slot = 0;
+      if (lane == 0) slot = atomicAdd(&taken, static_cast<uint32_t>(__popc(ballot)));
+      slot = __shfl_sync(0xffffffffu, slot, 0) + __popc(ballot & ((1u << lane) - 1));
+      if (in) best[slot] = item;
+    });
+    for (int i = count + threadIdx.x; i < width; i += kSelectThreads)
+      best[i] = 0;
+    __syncthreads();
+    sort_descending(best, width);
+    for (int i = threadIdx.x; i < count; i += kSelectThreads)
+      write(i, best[i]);
   }
+  for (int64_t i = count + threadIdx.x; i < k; i += kSelectThreads) {
+    scores[r * k + i] = -INFINITY;
+    ids[r * k + i] = -1;
+  }
+  search_done();
 }
 
 /// Scores of every query row against its kv head's clusters (cluster_scores_kernel), scaled.
@@ -421,14 +505,14 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
       !st.ok()) {
     return st;
   }
-  if (Status st = launch_after(kSearch, probes_kernel, dim3(static_cast<unsigned>(rows)),
-                               kSelectThreads, 0, stream, static_cast<const float*>(cluster_scores),
-                               reinterpret_cast<const int64_t*>(ix + call.index.offsets),
-                               call.n_clusters, call.n_queries, group, s.max_clusters, call.n_probe,
-                               call.max_candidates, probes, starts, places, lengths);
+  if (Status st = launch_probes(
+          kSearch, rows, cluster_scores, reinterpret_cast<const int64_t*>(ix + call.index.offsets),
+          call.n_clusters, call.n_queries, group, s.max_clusters, call.n_probe, call.max_candidates,
+          probes, starts, places, lengths, stream);
       !st.ok()) {
     return st;
   }
+  size_t room = 0;
   const Status cst = d <= 128   ? candidates_with(std::integral_constant<int, 1>{})
                      : d <= 256 ? candidates_with(std::integral_constant<int, 2>{})
                                 : candidates_with(std::integral_constant<int, 4>{});
@@ -436,14 +520,20 @@ Status launch_search(const SearchCall& call, cudaStream_t stream) {
   int64_t width = 64;
   while (width < call.k)
     width <<= 1;
-  const size_t smem = static_cast<size_t>(width) * sizeof(uint64_t);
+  if (Status st = max_dynamic_smem(kSearch, reinterpret_cast<const void*>(best_kernel), &room);
+      !st.ok()) {
+    return st;
+  }
+  const int64_t spare = static_cast<int64_t>(room / sizeof(uint64_t)) - width - kMaxBinRun;
+  const int64_t staged = std::max<int64_t>(0, std::min({call.max_candidates, kStagedItems, spare}));
+  const size_t smem = static_cast<size_t>(width + kMaxBinRun + staged) * sizeof(uint64_t);
   if (Status st = allow_dynamic_smem(kSearch, reinterpret_cast<const void*>(best_kernel), smem);
       !st.ok()) {
     return st;
   }
   return launch_after(kSearch, best_kernel, dim3(static_cast<unsigned>(rows)), kSelectThreads, smem,
                       stream, static_cast<const uint64_t*>(cand),
-                      static_cast<const int64_t*>(lengths), call.max_candidates, call.k,
+                      static_cast<const int64_t*>(lengths), call.max_candidates, call.k, staged,
                       call.scores, call.ids);
 }
 

@@ -2,12 +2,18 @@
 
 // The IVF search's selection: a block finds the k best of a row's items, where an item is a unique
 // 64-bit key (a score's rank key above, the complement of an id below: larger is better, ties to
-// the lower id). A radix select of 11-bit digits from the top narrows the bin that holds the k-th
-// item and stops as soon as that bin is taken whole, so that a row is visited two or three times,
-// not sorted; rows of up to kHeldTile items are held in registers for it. Only the k results are
-// sorted.
+// the lower id). Every pass reads the row again, from shared memory where it fits.
+//
+// First choice, one pass of bins (bin_pass): 2048 bins spread linearly over the range of the row's
+// finite scores, so that scores spread over a range leave a few items in each bin; the bin of the
+// k-th item is found by a scan of the counts, and only that bin's items (select_by_bins), or only
+// the items of each selected bin among themselves (sort_by_bins, which also sorts the k best), are
+// compared. Where that bin is crowded (ties, scores bunched at one value) a radix select of 11-bit
+// digits from the top (select_bound) narrows the bin that holds the k-th item and stops as soon as
+// that bin is taken whole, and a bitonic sort orders the k results.
 #include <cub/block/block_scan.cuh>
 
+#include <cfloat>
 #include <cstdint>
 
 namespace cudaops::detail::ivf {
@@ -49,66 +55,67 @@ using SelectScan = cub::BlockScan<uint32_t, kSelectThreads>;
 
 struct SelectShared {
   uint32_t hist[kDigits];
+  uint32_t start[kDigits];  // sort_by_bins: the items in the bins above each bin
   typename SelectScan::TempStorage scan;
   uint64_t all[kSelectThreads / 32];  // per warp: the AND of its items
   uint64_t any[kSelectThreads / 32];  // and the OR
-  uint64_t prefix;
+  float low[kSelectThreads / 32];     // per warp: the least finite score
+  float high[kSelectThreads / 32];    // and the largest
+  uint64_t prefix;                    // the result: the k best are the items >= prefix
   uint64_t mask;
   uint32_t left;  // items still wanted from the bin `prefix` names
   int done;
-  int top;  // bits below it differ between items
+  int top;            // bits below it differ between items
+  uint32_t kth_bin;   // bin_pass: the bin of the k-th item
+  uint32_t kth_need;  // how many of that bin's items are among the k best
+  uint32_t kth_count;
+  uint32_t crowd;  // the most items of a bin at or above it
+  uint32_t taken;  // items placed so far
 };
 
 /// The rank key of -inf (an empty cluster's score).
 constexpr uint32_t kNegInfKey = 0x007fffffu;
 
-constexpr int kHeldItems = 16;  // items a thread holds in registers
-constexpr int64_t kHeldTile = int64_t{kSelectThreads} * kHeldItems;
+// Rows of up to this many items are first copied to shared memory (where the passes read them
+// again), longer ones are read from global memory in every pass.
+constexpr int64_t kStagedScores = 16384;  // the probes' rows (4-byte scores)
+constexpr int64_t kStagedItems = 8192;    // the candidates' rows (8-byte items)
 
-/// Items per thread of a row of n: all of a row of at most kHeldTile spread evenly over the
-/// threads, else kHeldItems per thread per tile.
-__device__ __forceinline__ int run_length(int64_t n) {
-  return n <= kHeldTile ? static_cast<int>((n + kSelectThreads - 1) / kSelectThreads) : kHeldItems;
-}
-
-/// This thread's run of the tile at tile0 (len items from tile0 + len * thread, clipped to n)
-/// into it; returns how many it holds.
-template <typename Load>
-__device__ __forceinline__ int load_run(int64_t tile0, int64_t n, int len, Load load,
-                                        uint64_t (&it)[kHeldItems]) {
-  const int64_t first = tile0 + int64_t{threadIdx.x} * len;
-  const int mine = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(len), n - first)));
+/// Copies row[0, n) to staged (n within its capacity), eight loads a thread in flight; the
+/// caller's barrier orders it before any read.
+template <typename T>
+__device__ __forceinline__ void stage_row(const T* row, int64_t n, T* staged) {
+  constexpr int kLoads = 8;
+  for (int64_t base = 0; base < n; base += int64_t{kSelectThreads} * kLoads) {
+    T v[kLoads];
 #pragma unroll
-  for (int u = 0; u < kHeldItems; ++u)
-    it[u] = u < mine ? load(first + u) : 0;
-  return mine;
-}
-
-/// Calls f(item, valid) for each of this thread's item slots of a row of n (load(i) gives item i),
-/// every lane of the block the same number of times (so that f may use warp collectives): from
-/// registers (`it`, `mine`, loaded once) when the row is one tile, else tile by tile.
-template <typename Load, typename F>
-__device__ __forceinline__ void for_each_item(int64_t n, Load load,
-                                              const uint64_t (&it)[kHeldItems], int mine, F f) {
-  const int len = run_length(n);
-  if (n <= kHeldTile) {
+    for (int u = 0; u < kLoads; ++u) {
+      const int64_t i = base + u * kSelectThreads + threadIdx.x;
+      if (i < n) v[u] = row[i];
+    }
 #pragma unroll
-    for (int u = 0; u < kHeldItems; ++u)
-      if (u < len) f(it[u], u < mine);
-    return;
-  }
-  for (int64_t tile0 = 0; tile0 < n; tile0 += kHeldTile) {
-    uint64_t run[kHeldItems];
-    const int m = load_run(tile0, n, kHeldItems, load, run);
-#pragma unroll
-    for (int u = 0; u < kHeldItems; ++u)
-      f(run[u], u < m);
+    for (int u = 0; u < kLoads; ++u) {
+      const int64_t i = base + u * kSelectThreads + threadIdx.x;
+      if (i < n) staged[i] = v[u];
+    }
   }
 }
 
-/// The bound of the k best of n items (`each(f)` calls f(item, valid) on each of this thread's
-/// item slots, as for_each_item does): afterwards item x is among them exactly when
-/// (x & s.mask) >= s.prefix. With n <= k every item is.
+/// Calls f(item, valid) for the items of a row of n (get(i) gives item i), striped over the
+/// block (neighbouring threads, neighbouring items), every thread of the block the same number of
+/// times, so that f may use warp collectives.
+template <typename Get, typename F>
+__device__ __forceinline__ void for_each_item(int64_t n, Get get, F f) {
+  for (int64_t i0 = 0; i0 < n; i0 += kSelectThreads) {
+    const int64_t i = i0 + threadIdx.x;
+    const bool valid = i < n;
+    f(valid ? get(i) : uint64_t{0}, valid);
+  }
+}
+
+/// The bound of the k best of n items (`each(f)` calls f(item, valid) on each of the row's items
+/// as for_each_item does): afterwards item x is among them exactly when
+/// x >= s.prefix (s.prefix has no bits outside s.mask). With n <= k every item is.
 ///
 /// The bits every item shares are found first (an AND and an OR over the row) and skipped, so
 /// that the first digit already spreads the items; counts of one warp for one bin go in as one
@@ -197,6 +204,163 @@ __device__ void select_bound(int64_t n, int64_t k, Each each, SelectShared& s) {
     __syncthreads();
     if (s.done) return;  // the same for every thread
   }
+}
+
+constexpr uint32_t kMaxTies = 256;    // items of the k-th item's bin select_by_bins compares
+constexpr uint32_t kMaxBinRun = 128;  // items of one bin sort_by_bins ranks among themselves
+
+/// The bin of an item among kDigits spread linearly over [low, low + kDigits / scale] (low the
+/// least finite score): monotone in the item order, so that a higher bin holds only larger items.
+/// -inf goes to the lowest bin, +inf and NaN to the highest; scale 0 puts every finite score in
+/// the lowest.
+__device__ __forceinline__ uint32_t bin_of(uint64_t item, float low, float scale) {
+  const float v = item_score(item);
+  if (v != v || v == INFINITY) return kDigits - 1;
+  if (v == -INFINITY || scale == 0.0f) return 0;
+  return min(static_cast<uint32_t>((v - low) * scale), static_cast<uint32_t>(kDigits - 1));
+}
+
+/// One pass of bins over n > 0 items (`each` as for select_bound): the counts per bin, then the
+/// bin holding the k-th largest item (k <= n) in s.kth_bin, with how many of its items are among
+/// the k best (s.kth_need) and its count. kStarts: also each bin's first place in descending
+/// order (in s.start, and in s.hist, ready to be advanced as items are placed) and the most
+/// items of any bin at or above the k-th's (s.crowd). Returns false (the same for every thread)
+/// where the finite scores span no range a float can divide into bins: every one would be in
+/// one bin; `s` is then free to use again. Otherwise ends with a block barrier.
+template <bool kStarts, typename Each>
+__device__ bool bin_pass(int64_t k, Each each, SelectShared& s, float& low, float& scale) {
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  float lo = INFINITY, hi = -INFINITY;
+  each([&](uint64_t item, bool valid) {
+    const float v = item_score(item);
+    if (valid && fabsf(v) <= FLT_MAX) {
+      lo = fminf(lo, v);
+      hi = fmaxf(hi, v);
+    }
+  });
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if (lane == 0) {
+    s.low[warp] = lo;
+    s.high[warp] = hi;
+  }
+  for (int b = threadIdx.x; b < kDigits; b += kSelectThreads)
+    s.hist[b] = 0;
+  if (threadIdx.x == 0) {
+    s.crowd = 0;
+    s.taken = 0;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kSelectThreads / 32; ++w) {
+    lo = fminf(lo, s.low[w]);
+    hi = fmaxf(hi, s.high[w]);
+  }
+  const float width = hi - lo;
+  const float per = width > 0.0f && width <= FLT_MAX ? kDigits / width : 0.0f;
+  scale = per <= FLT_MAX ? per : 0.0f;
+  low = lo;
+  if (scale == 0.0f) return false;
+  // One atomic per item: bins spread the items, so that a warp's rarely meet (a match of the
+  // warp's bins first cost more than the conflicts it saved).
+  each([&](uint64_t item, bool valid) {
+    if (valid) atomicAdd(&s.hist[bin_of(item, lo, scale)], 1u);
+  });
+  __syncthreads();
+  // Thread t holds bins kDigits - 1 - kBinsPerThread * t downwards: the counts above a bin are an
+  // exclusive scan.
+  uint32_t c[kBinsPerThread];
+  uint32_t sum = 0;
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) {
+    c[j] = s.hist[kDigits - 1 - (threadIdx.x * kBinsPerThread + j)];
+    sum += c[j];
+  }
+  uint32_t above = 0;
+  SelectScan(s.scan).ExclusiveSum(sum, above);
+  const auto want = static_cast<uint32_t>(k);
+  uint32_t crowd = 0;
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) {
+    const uint32_t bin = kDigits - 1 - (threadIdx.x * kBinsPerThread + j);
+    if (kStarts) {
+      s.start[bin] = above;
+      s.hist[bin] = above;  // only this thread reads or writes its bins here
+      if (above < want) crowd = max(crowd, c[j]);
+    }
+    if (above < want && above + c[j] >= want) {
+      s.kth_bin = bin;
+      s.kth_need = want - above;
+      s.kth_count = c[j];
+    }
+    above += c[j];
+  }
+  if (kStarts && crowd > 0) atomicMax(&s.crowd, crowd);
+  __syncthreads();
+  return true;
+}
+
+/// select_bound's result (s.prefix) by one pass of bins: the k-th largest item, found among the
+/// items of its bin alone. Returns false, having set nothing, where the bins cannot spread the
+/// scores or that bin holds more than kMaxTies items (ties: `ties` holds that many); the caller
+/// then runs select_bound. Every thread is past its last use of `s` and `ties` when it returns.
+template <typename Each>
+__device__ bool select_by_bins(int64_t n, int64_t k, Each each, SelectShared& s, uint64_t* ties) {
+  if (n <= k) {
+    select_bound(n, k, each, s);
+    return true;
+  }
+  float low = 0.0f, scale = 0.0f;
+  if (!bin_pass<false>(k, each, s, low, scale)) return false;
+  const uint32_t kth = s.kth_bin, count = s.kth_count, need = s.kth_need;
+  if (count > kMaxTies) return false;  // the same for every thread
+  each([&](uint64_t item, bool valid) {
+    if (valid && bin_of(item, low, scale) == kth) ties[atomicAdd(&s.taken, 1u)] = item;
+  });
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < count; i += kSelectThreads) {
+    const uint64_t item = ties[i];
+    uint32_t rank = 0;
+    for (uint32_t j = 0; j < count; ++j)
+      rank += ties[j] > item ? 1u : 0u;
+    if (rank == need - 1) s.prefix = item;
+  }
+  __syncthreads();
+  return true;
+}
+
+/// The min(n, k) best of n > 0 items, best first, by one pass of bins: each item of a bin at or
+/// above the k-th item's is placed in its bin's range of buf (k + kMaxBinRun items), then ranked
+/// among that bin's items alone; write(i, item) gets the i-th best. Returns false, having written
+/// nothing, where the bins cannot spread the scores or one of those bins holds more than
+/// kMaxBinRun items (ties; the caller then selects and sorts otherwise, `s` free to use again).
+template <typename Each, typename Write>
+__device__ bool sort_by_bins(int64_t n, int64_t k, Each each, SelectShared& s, uint64_t* buf,
+                             Write write) {
+  const int64_t count = min(n, k);
+  float low = 0.0f, scale = 0.0f;
+  if (!bin_pass<true>(count, each, s, low, scale) || s.crowd > kMaxBinRun) return false;
+  const uint32_t kth = s.kth_bin;
+  each([&](uint64_t item, bool valid) {
+    const uint32_t bin = valid ? bin_of(item, low, scale) : 0;
+    if (valid && bin >= kth) buf[atomicAdd(&s.hist[bin], 1u)] = item;
+  });
+  __syncthreads();
+  // The placed items, each ranked among its bin's.
+  const uint32_t placed = s.hist[kth];
+  for (uint32_t p = threadIdx.x; p < placed; p += kSelectThreads) {
+    const uint64_t item = buf[p];
+    const uint32_t bin = bin_of(item, low, scale);
+    const uint32_t first = s.start[bin], end = s.hist[bin];
+    uint32_t rank = 0;
+    for (uint32_t j = first; j < end; ++j)
+      rank += buf[j] > item ? 1u : 0u;
+    if (first + rank < count) write(static_cast<int64_t>(first + rank), item);
+  }
+  return true;
 }
 
 constexpr int kMaxSortRuns = 4;  // runs of 64 items a warp sorts

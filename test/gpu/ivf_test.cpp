@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cudaops/ivf.h"
@@ -39,6 +40,7 @@ struct Case {
   DType dtype = DType::kFloat16;
   int64_t heads = 1, seq = 0, dim = 0, value_dim = 0, clusters = 0, segments = 1;
   int64_t capacity = 0, max_clusters = 0;  // 0: seq, clusters
+  int64_t distinct = 0;  // > 0: each head's keys repeat its first `distinct` (tied scores)
   bool global_pass = true;
   int n_iters = 4;
 };
@@ -47,6 +49,7 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
   return os << dtype_name(c.dtype) << " H=" << c.heads << " S=" << c.seq << " D=" << c.dim
             << " Dv=" << c.value_dim << " C=" << c.clusters << " segments=" << c.segments
             << " capacity=" << c.capacity << " max_clusters=" << c.max_clusters
+            << (c.distinct > 0 ? " distinct=" + std::to_string(c.distinct) : std::string())
             << (c.global_pass ? " global" : "");
 }
 
@@ -64,7 +67,12 @@ HostArray Keys(const Case& c, uint64_t seed) {
     for (int64_t t = 0; t < c.seq; ++t) {
       const int64_t which = static_cast<int64_t>(rng() % 8);
       for (int64_t e = 0; e < c.dim; ++e) {
-        x.set((h * c.seq + t) * c.dim + e, offset[e] + dirs[which * c.dim + e] + 0.3 * normal(rng));
+        const int64_t i = (h * c.seq + t) * c.dim + e;
+        if (c.distinct > 0 && t >= c.distinct) {
+          x.set(i, x.get((h * c.seq + t % c.distinct) * c.dim + e));
+        } else {
+          x.set(i, offset[e] + dirs[which * c.dim + e] + 0.3 * normal(rng));
+        }
       }
     }
   }
@@ -603,6 +611,16 @@ std::vector<SearchCase> SearchCases() {
     cases.push_back(tiled);
     tiled.n_probe = 3000;
     cases.push_back(tiled);
+    // Repeated keys: every token of a cluster scores the same, and most clusters are empty, so
+    // that a selection's bins are crowded with ties (broken by the lower id); then fewer repeats,
+    // a few equal scores in a bin.
+    SearchCase ties = Search(dtype, 2, 5001, 64, 600, 3, 3, 4, 3, 1000, 100);
+    ties.build.distinct = 7;
+    cases.push_back(ties);
+    ties.build.distinct = 1200;
+    ties.k = 300;
+    ties.n_probe = 60;
+    cases.push_back(ties);
   }
   return cases;
 }
