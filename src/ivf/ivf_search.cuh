@@ -35,11 +35,11 @@ using kmeans::blocks_for;
 
 constexpr int kScoreThreads = 256;
 constexpr int kRowsPerBlock = 16;
-constexpr int kCentroidsPerHalf = 4;
+constexpr int kCentroidsPerHalf = 4;  // sum4_half_warp's four
 constexpr int kCentroidsPerBlock = kScoreThreads / 16 * kCentroidsPerHalf;
 constexpr int kCandidateThreads = 256;
 constexpr int kProbesPerBlock = 8;
-constexpr int kTokensPerHalf = 4;
+constexpr int kTokensPerHalf = 4;  // sum4_half_warp's four
 static_assert(kMaxDim <= 128 * 4, "at most four 8-value chunks per lane");
 static_assert(kIvfMaxK <= kMaxSorted, "a block sorts the k best");
 
@@ -78,22 +78,18 @@ __device__ __forceinline__ void search_done() {
   allow_next_kernel();
 }
 
-/// The sum over the 16 lanes of each half warp (every lane of the warp takes part).
-__device__ __forceinline__ float half_warp_sum(float v) {
-#pragma unroll
-  for (int o = 8; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-/// q . x for 8 values of x at p (16 bytes) against q (shared, float).
-template <typename T>
-__device__ __forceinline__ float dot8(const T* p, const float* q) {
-  const Vec<T, 8> x = load_vec<T, 8>(p);
-  float s = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e)
-    s = fmaf(to_float(x.v[e]), q[e], s);
+/// The sums over the 16 lanes of each half warp of four values per lane, in five shuffles rather
+/// than sixteen: lanes 0, 4, 8 and 12 of the half get the sums of v[0], v[1], v[2] and v[3].
+/// Each step hands half of what a lane holds to its partner and adds what comes back.
+__device__ __forceinline__ float sum4_half_warp(const float (&v)[4], int lane) {
+  const bool high8 = (lane & 8) != 0, high4 = (lane & 4) != 0;
+  // Lanes below 8 keep v[0] and v[1], the others v[2] and v[3].
+  const float a = (high8 ? v[2] : v[0]) + __shfl_xor_sync(0xffffffffu, high8 ? v[0] : v[2], 8);
+  const float b = (high8 ? v[3] : v[1]) + __shfl_xor_sync(0xffffffffu, high8 ? v[1] : v[3], 8);
+  // Then lanes with bit 2 clear keep a, the others b.
+  float s = (high4 ? b : a) + __shfl_xor_sync(0xffffffffu, high4 ? a : b, 4);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
   return s;
 }
 
@@ -148,19 +144,23 @@ __global__ void __launch_bounds__(kScoreThreads)
       for (int e = 0; e < 8; ++e)
         qr[u][e] = chunk < chunks ? q[r * d + chunk * 8 + e] : 0.0f;
     }
+    float part[kCentroidsPerHalf];
 #pragma unroll
     for (int c = 0; c < kCentroidsPerHalf; ++c) {
-      float s = 0.0f;
+      part[c] = 0.0f;
 #pragma unroll
       for (int u = 0; u < kChunks; ++u) {
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          s = fmaf(to_float(x[c][u].v[e]), qr[u][e], s);
+          part[c] = fmaf(to_float(x[c][u].v[e]), qr[u][e], part[c]);
       }
-      s = half_warp_sum(s);
-      if (lane == 0 && j0 + c < n_clusters) {
-        scores[(h * head_rows + row0 + r) * n_clusters + j0 + c] = empty[c] ? -INFINITY : s * scale;
-      }
+    }
+    // Lane 4c of the half warp gets centroid c's score.
+    const int c = lane / 4;
+    const float score = sum4_half_warp(part, lane);
+    const bool none = c == 0 ? empty[0] : c == 1 ? empty[1] : c == 2 ? empty[2] : empty[3];
+    if (lane % 4 == 0 && j0 + c < n_clusters) {
+      scores[(h * head_rows + row0 + r) * n_clusters + j0 + c] = none ? -INFINITY : score * scale;
     }
   }
   search_done();
@@ -178,7 +178,7 @@ __device__ __forceinline__ int64_t warp_sum(int64_t v) {
 /// token in its head (starts) and first place in the row's candidate list (places, n_probe + 1
 /// per row, the last the total), and the row's length (at most max_candidates). Clusters scored
 /// -inf (empty) are left out; the list is padded with -1 (size 0). staged_row: the row's scores
-/// are first copied to dynamic shared memory.
+/// are first copied to dynamic shared memory (followed by a word per 32 of them).
 __global__ void __launch_bounds__(kSelectThreads)
     probes_kernel(const float* scores, const int64_t* offsets, int64_t n_clusters,
                   int64_t n_queries, int64_t group, int64_t max_clusters, int64_t n_probe,
@@ -187,6 +187,7 @@ __global__ void __launch_bounds__(kSelectThreads)
   constexpr int kWarps = kSelectThreads / 32;
   __shared__ SelectShared s;
   __shared__ uint64_t ties[kMaxTies];
+  __shared__ uint32_t tie_at[kMaxTies];
   __shared__ uint32_t warp_count[kWarps];
   __shared__ int64_t warp_tokens[kWarps];
   extern __shared__ float staged[];
@@ -197,80 +198,110 @@ __global__ void __launch_bounds__(kSelectThreads)
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   // Each warp's share of the clusters, whole 32s in order; its offsets go to L1 while the
   // selection runs (the compaction reads those of the chosen clusters).
-  const int64_t share = (n_clusters + kWarps * 32 - 1) / (kWarps * 32) * 32;
-  const int64_t lo = min(n_clusters, warp * share), hi = min(n_clusters, lo + share);
-  for (int64_t i = lo + 16 * lane; i <= hi; i += 16 * 32)
+  // 32-bit places: a head's clusters are below 2^31.
+  const int n = static_cast<int>(n_clusters);
+  const int share = (n + kWarps * 32 - 1) / (kWarps * 32) * 32;
+  const int lo = min(n, warp * share), hi = min(n, lo + share);
+  for (int i = lo + 16 * lane; i <= hi; i += 16 * 32)
     asm volatile("prefetch.global.L1 [%0];" ::"l"(off + i));
   if (staged_row) stage_row(row, n_clusters, staged);
   __syncthreads();
-  const float* src = staged_row ? staged : row;
-  const auto get = [&](int64_t i) { return make_item(src[i], static_cast<int32_t>(i)); };
-  const auto each = [&](auto f) { for_each_item(n_clusters, get, f); };
-  if (!select_by_bins(n_clusters, n_probe, each, s, ties))
-    select_bound(n_clusters, n_probe, each, s);
-  const uint64_t threshold = s.prefix;
-  const auto chosen = [&](int64_t i) {
-    const uint64_t item = get(i);
-    return item >= threshold && static_cast<uint32_t>(item >> 32) != kNegInfKey;
-  };
-  // Each warp counts its chosen clusters and their tokens; the warps' totals place its own.
-  uint32_t count = 0;
-  int64_t tokens = 0;
-  for (int64_t c = lo; c < hi; c += 32) {
-    const int64_t i = c + lane;
-    const bool in = i < hi && chosen(i);
-    count += __popc(__ballot_sync(0xffffffffu, in));
-    if (in) tokens += off[i + 1] - off[i];
-  }
-  tokens = warp_sum(tokens);
-  if (lane == 0) {
-    warp_count[warp] = count;
-    warp_tokens[warp] = tokens;
-  }
-  __syncthreads();
-  uint32_t slot0 = 0, chosen_all = 0;
-  int64_t at = 0, total = 0;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    if (w < warp) {
-      slot0 += warp_count[w];
-      at += warp_tokens[w];
+  // Written once per source of the row, so that a staged row is read as shared memory.
+  const auto select_and_place = [&](const ScoreRow& items) {
+    // The chosen clusters as a ballot per 32 (kept after a staged row's scores): marked while the
+    // bins select them, else compared with select_bound's bound. Empty clusters (-inf) are left
+    // out. Each warp then counts its chosen clusters and their tokens; a scan over the warps
+    // places each warp's.
+    uint32_t* ballots = staged_row ? reinterpret_cast<uint32_t*>(staged + n_clusters) : nullptr;
+    const bool marked = ballots != nullptr && n_clusters > n_probe &&
+                        mark_by_bins(items, n_probe, s, ties, tie_at, ballots);
+    if (!marked && !select_by_bins(items, n_probe, s, ties)) {
+      select_bound(
+          n_clusters, n_probe, [&](auto f) { for_each_item(items, f); }, s);
     }
-    chosen_all += warp_count[w];
-    total += warp_tokens[w];
-  }
-  int32_t* out = probes + r * n_probe;
-  int64_t* start = starts + r * n_probe;
-  int64_t* place = places + r * (n_probe + 1);
-  for (int64_t c = lo; c < hi; c += 32) {
-    const int64_t i = c + lane;
-    const bool in = i < hi && chosen(i);
-    const unsigned ballot = __ballot_sync(0xffffffffu, in);
-    if (ballot == 0) continue;  // the same for the whole warp
-    const int64_t size = in ? off[i + 1] - off[i] : 0;
-    int64_t upto = size;  // an inclusive scan of the sizes over the warp
+    // item >= s.prefix, compared as the score's rank key and the id's complement
+    const auto top = static_cast<uint32_t>(s.prefix >> 32), low = static_cast<uint32_t>(s.prefix);
+    const auto chosen = [&](int i) {
+      const uint32_t key = rank_key(items.score(i));
+      return key != kNegInfKey &&
+             (key > top || (key == top && 0xffffffffu - static_cast<uint32_t>(i) >= low));
+    };
+    uint32_t count = 0;
+    int64_t tokens = 0;
+    for (int c = lo; c < hi; c += 32) {
+      const int i = c + lane;
+      const bool in =
+          i < hi && (marked ? ((ballots[c / 32] >> lane) & 1u) != 0 && items.score(i) != -INFINITY
+                            : chosen(i));
+      const unsigned ballot = __ballot_sync(0xffffffffu, in);
+      if (ballots != nullptr && !marked && lane == 0) ballots[c / 32] = ballot;
+      count += __popc(ballot);
+      if (in) tokens += off[i + 1] - off[i];
+    }
+    tokens = warp_sum(tokens);
+    if (lane == 0) {
+      warp_count[warp] = count;
+      warp_tokens[warp] = tokens;
+    }
+    __syncthreads();
+    // Lane w < kWarps: warp w's totals, then their inclusive scan.
+    uint32_t slots = lane < kWarps ? warp_count[lane] : 0;
+    int64_t sum = lane < kWarps ? warp_tokens[lane] : 0;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const int64_t v = __shfl_up_sync(0xffffffffu, upto, o);
-      if (lane >= o) upto += v;
+      const uint32_t a = __shfl_up_sync(0xffffffffu, slots, o);
+      const int64_t b = __shfl_up_sync(0xffffffffu, sum, o);
+      if (lane >= o) {
+        slots += a;
+        sum += b;
+      }
     }
-    if (in) {
-      const uint32_t slot = slot0 + __popc(ballot & ((1u << lane) - 1));
-      out[slot] = static_cast<int32_t>(i);
-      start[slot] = off[i];
-      place[slot] = at + upto - size;
+    uint32_t slot0 = __shfl_sync(0xffffffffu, slots, warp) - count;
+    int64_t at = __shfl_sync(0xffffffffu, sum, warp) - tokens;
+    const uint32_t chosen_all = __shfl_sync(0xffffffffu, slots, kWarps - 1);
+    const int64_t total = __shfl_sync(0xffffffffu, sum, kWarps - 1);
+    int32_t* out = probes + r * n_probe;
+    int64_t* start = starts + r * n_probe;
+    int64_t* place = places + r * (n_probe + 1);
+    for (int c = lo; c < hi; c += 32) {
+      const int i = c + lane;
+      unsigned ballot = ballots != nullptr ? ballots[c / 32] : 0xffffffffu;
+      if (ballot == 0) continue;  // the same for the whole warp
+      const bool in = i < hi && (ballots != nullptr
+                                     ? ((ballot >> lane) & 1u) != 0 && items.score(i) != -INFINITY
+                                     : chosen(i));
+      ballot = __ballot_sync(0xffffffffu, in);
+      if (ballot == 0) continue;
+      const int64_t size = in ? off[i + 1] - off[i] : 0;
+      int64_t upto = size;  // an inclusive scan of the sizes over the warp
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int64_t v = __shfl_up_sync(0xffffffffu, upto, o);
+        if (lane >= o) upto += v;
+      }
+      if (in) {
+        const uint32_t slot = slot0 + __popc(ballot & ((1u << lane) - 1));
+        out[slot] = static_cast<int32_t>(i);
+        start[slot] = off[i];
+        place[slot] = at + upto - size;
+      }
+      slot0 += __popc(ballot);
+      at += __shfl_sync(0xffffffffu, upto, 31);
     }
-    slot0 += __popc(ballot);
-    at += __shfl_sync(0xffffffffu, upto, 31);
+    for (int64_t i = chosen_all + threadIdx.x; i <= n_probe; i += kSelectThreads) {
+      if (i < n_probe) {
+        out[i] = -1;
+        start[i] = 0;
+      }
+      place[i] = total;
+    }
+    if (threadIdx.x == 0) lengths[r] = min(total, max_candidates);
+  };
+  if (staged_row) {
+    select_and_place(ScoreRow{staged, n_clusters});
+  } else {
+    select_and_place(ScoreRow{row, n_clusters});
   }
-  for (int64_t i = chosen_all + threadIdx.x; i <= n_probe; i += kSelectThreads) {
-    if (i < n_probe) {
-      out[i] = -1;
-      start[i] = 0;
-    }
-    place[i] = total;
-  }
-  if (threadIdx.x == 0) lengths[r] = min(total, max_candidates);
   search_done();
 }
 
@@ -285,7 +316,8 @@ Status launch_probes(const char* op, int64_t rows, const float* scores, const in
       !st.ok()) {
     return st;
   }
-  const size_t bytes = static_cast<size_t>(n_clusters) * sizeof(float);
+  // The scores, then a ballot per 32 of them.
+  const size_t bytes = static_cast<size_t>(n_clusters + (n_clusters + 31) / 32) * sizeof(float);
   const bool staged = n_clusters <= kStagedScores && bytes <= room;
   const size_t smem = staged ? bytes : 0;
   if (Status st = allow_dynamic_smem(op, reinterpret_cast<const void*>(probes_kernel), smem);
@@ -334,6 +366,11 @@ __global__ void __launch_bounds__(kCandidateThreads)
     for (int e = 0; e < 8; ++e)
       qr[c][e] = lane + 16 * c < chunks ? q[(lane + 16 * c) * 8 + e] : 0.0f;
   }
+  // The places in registers: each token finds its probe by comparisons alone.
+  int64_t bound[kProbesPerBlock];
+#pragma unroll
+  for (int p = 0; p < kProbesPerBlock; ++p)
+    bound[p] = place[p];
   const T* kh = keys + h * capacity * d;
   const int32_t* ih = ids + h * capacity;
   uint64_t* out = cand + r * max_candidates;
@@ -349,9 +386,10 @@ __global__ void __launch_bounds__(kCandidateThreads)
       const int64_t i = base + side * kTokensPerHalf + u;
       id[u] = -1;
       if (i < hi) {
-        int pi = 0;
-        while (pi + 1 < kProbesPerBlock && place[pi + 1] <= i)
-          ++pi;
+        int pi = 0;  // its probe: places ascend (independent compares, not a search)
+#pragma unroll
+        for (int p = 1; p < kProbesPerBlock; ++p)
+          pi += bound[p] <= i ? 1 : 0;
         const int64_t at = start[pi] + (i - place[pi]);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
@@ -360,22 +398,27 @@ __global__ void __launch_bounds__(kCandidateThreads)
         id[u] = ih[at];
       }
     }
+    float part[kTokensPerHalf];
 #pragma unroll
     for (int u = 0; u < kTokensPerHalf; ++u) {
-      float s = 0.0f;
+      part[u] = 0.0f;
       if (id[u] >= 0) {
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
           if (lane + 16 * c < chunks) {
 #pragma unroll
             for (int e = 0; e < 8; ++e)
-              s = fmaf(to_float(x[u][c].v[e]), qr[c][e], s);
+              part[u] = fmaf(to_float(x[u][c].v[e]), qr[c][e], part[u]);
           }
         }
       }
-      s = half_warp_sum(s);
-      if (id[u] >= 0 && lane == 0) out[base + side * kTokensPerHalf + u] = make_item(s, id[u]);
     }
+    // Lane 4u of the half warp gets token u's sum (sum4_half_warp).
+    const int u = lane / 4;
+    const float score = sum4_half_warp(part, lane);
+    const int32_t token = u == 0 ? id[0] : u == 1 ? id[1] : u == 2 ? id[2] : id[3];
+    if (lane % 4 == 0 && token >= 0)
+      out[base + side * kTokensPerHalf + u] = make_item(score, token);
   }
   search_done();
 }
@@ -396,20 +439,20 @@ __global__ void __launch_bounds__(kSelectThreads)
   while (width < k)
     width <<= 1;
   uint64_t* in_shared = best + width + kMaxBinRun;
-  const uint64_t* src = n <= staged ? in_shared : row;
   if (n <= staged) stage_row(row, n, in_shared);
   __syncthreads();
-  const auto each = [&](auto f) {
-    for_each_item(
-        n, [&](int64_t i) { return src[i]; }, f);
-  };
+  const ItemRow items{n <= staged ? in_shared : row, n};  // (the fallback's)
+  const auto each = [&](auto f) { for_each_item(items, f); };
   const int count = static_cast<int>(min(n, k));
   const auto write = [&](int64_t i, uint64_t item) {
     const float score = item_score(item);
     scores[r * k + i] = score;
     ids[r * k + i] = score == -INFINITY ? -1 : item_id(item);
   };
-  if (n > 0 && !sort_by_bins(n, k, each, s, best, write)) {
+  // Written once per source of the row, so that a staged row is read as shared memory.
+  const bool sorted = n > 0 && (n <= staged ? sort_by_bins(ItemRow{in_shared, n}, k, s, best, write)
+                                            : sort_by_bins(ItemRow{row, n}, k, s, best, write));
+  if (n > 0 && !sorted) {
     select_bound(n, k, each, s);
     width = 64;
     while (width < count)
@@ -450,13 +493,13 @@ Status launch_cluster_scores(const char* op, const IvfShape& s, const IvfLayout&
   const int d = static_cast<int>(s.dim);
   const int64_t head_rows = q_heads / s.heads * n_queries;
   const int64_t row_tiles = (head_rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  const dim3 grid(
-      static_cast<unsigned>(s.heads * row_tiles),
-      static_cast<unsigned>((n_clusters + kCentroidsPerBlock - 1) / kCentroidsPerBlock));
   const size_t smem =
       static_cast<size_t>(std::min<int64_t>(kRowsPerBlock, head_rows) * d) * sizeof(float);
   const auto with = [&](auto chunks) {
     constexpr int kChunks = decltype(chunks)::value;
+    const dim3 grid(
+        static_cast<unsigned>(s.heads * row_tiles),
+        static_cast<unsigned>((n_clusters + kCentroidsPerBlock - 1) / kCentroidsPerBlock));
     return launch_after(op, cluster_scores_kernel<T, kChunks>, grid, kScoreThreads, smem, stream,
                         queries, reinterpret_cast<const T*>(ix + index.centroids_lp),
                         reinterpret_cast<const int32_t*>(ix + index.sizes), head_rows, row_tiles,

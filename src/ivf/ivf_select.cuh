@@ -101,16 +101,40 @@ __device__ __forceinline__ void stage_row(const T* row, int64_t n, T* staged) {
   }
 }
 
-/// Calls f(item, valid) for the items of a row of n (get(i) gives item i), striped over the
-/// block (neighbouring threads, neighbouring items), every thread of the block the same number of
-/// times, so that f may use warp collectives.
-template <typename Get, typename F>
-__device__ __forceinline__ void for_each_item(int64_t n, Get get, F f) {
-  for (int64_t i0 = 0; i0 < n; i0 += kSelectThreads) {
-    const int64_t i = i0 + threadIdx.x;
-    const bool valid = i < n;
-    f(valid ? get(i) : uint64_t{0}, valid);
+/// A row of scores (4-byte floats) whose items are (score, index).
+struct ScoreRow {
+  const float* at;
+  int64_t n;
+  __device__ float score(uint32_t i) const { return at[i]; }
+  __device__ uint64_t item(uint32_t i) const { return make_item(at[i], static_cast<int32_t>(i)); }
+};
+
+/// A row of items.
+struct ItemRow {
+  const uint64_t* at;
+  int64_t n;
+  __device__ float score(uint32_t i) const { return item_score(at[i]); }
+  __device__ uint64_t item(uint32_t i) const { return at[i]; }
+};
+
+/// Calls f(i, valid) for the places of a row of n, striped over the block (neighbouring threads,
+/// neighbouring places), every thread of the block the same number of times, so that f may use
+/// warp collectives.
+template <typename F>
+__device__ __forceinline__ void for_each_place(int64_t n, F f) {
+  // 32-bit places: rows are below 2^31 (token ids are int32).
+  const auto end = static_cast<uint32_t>(n);
+  for (uint32_t i0 = 0; i0 < end; i0 += kSelectThreads) {
+    const uint32_t i = i0 + threadIdx.x;
+    f(i, i < end);
   }
+}
+
+/// for_each_place calling f(item, valid) (the item 0 where not valid): select_bound's `each`.
+template <typename Row, typename F>
+__device__ __forceinline__ void for_each_item(const Row& row, F f) {
+  for_each_place(row.n,
+                 [&](uint32_t i, bool valid) { f(valid ? row.item(i) : uint64_t{0}, valid); });
 }
 
 /// The bound of the k best of n items (`each(f)` calls f(item, valid) on each of the row's items
@@ -209,30 +233,29 @@ __device__ void select_bound(int64_t n, int64_t k, Each each, SelectShared& s) {
 constexpr uint32_t kMaxTies = 256;    // items of the k-th item's bin select_by_bins compares
 constexpr uint32_t kMaxBinRun = 128;  // items of one bin sort_by_bins ranks among themselves
 
-/// The bin of an item among kDigits spread linearly over [low, low + kDigits / scale] (low the
-/// least finite score): monotone in the item order, so that a higher bin holds only larger items.
-/// -inf goes to the lowest bin, +inf and NaN to the highest; scale 0 puts every finite score in
-/// the lowest.
-__device__ __forceinline__ uint32_t bin_of(uint64_t item, float low, float scale) {
-  const float v = item_score(item);
-  if (v != v || v == INFINITY) return kDigits - 1;
-  if (v == -INFINITY || scale == 0.0f) return 0;
-  return min(static_cast<uint32_t>((v - low) * scale), static_cast<uint32_t>(kDigits - 1));
+/// The bin of a score among kDigits spread linearly over [low, low + kDigits / scale] (low the
+/// least finite score, scale > 0 and finite): monotone in the item order, so that a higher bin
+/// holds only larger items. -inf goes to the lowest bin, +inf and NaN to the highest. Selects,
+/// no branches: it runs for every item of every pass.
+__device__ __forceinline__ uint32_t bin_of(float v, float low, float scale) {
+  const float t = v != v ? static_cast<float>(kDigits - 1) : (v - low) * scale;
+  return static_cast<uint32_t>(fminf(fmaxf(t, 0.0f), static_cast<float>(kDigits - 1)));
 }
 
-/// One pass of bins over n > 0 items (`each` as for select_bound): the counts per bin, then the
+/// One pass of bins over a row of n > 0 items (ScoreRow, ItemRow): the counts per bin, then the
 /// bin holding the k-th largest item (k <= n) in s.kth_bin, with how many of its items are among
 /// the k best (s.kth_need) and its count. kStarts: also each bin's first place in descending
 /// order (in s.start, and in s.hist, ready to be advanced as items are placed) and the most
 /// items of any bin at or above the k-th's (s.crowd). Returns false (the same for every thread)
 /// where the finite scores span no range a float can divide into bins: every one would be in
 /// one bin; `s` is then free to use again. Otherwise ends with a block barrier.
-template <bool kStarts, typename Each>
-__device__ bool bin_pass(int64_t k, Each each, SelectShared& s, float& low, float& scale) {
+template <bool kStarts, typename Row>
+__device__ __forceinline__ bool bin_pass(const Row& row, int64_t k, SelectShared& s, float& low,
+                                         float& scale) {
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   float lo = INFINITY, hi = -INFINITY;
-  each([&](uint64_t item, bool valid) {
-    const float v = item_score(item);
+  for_each_place(row.n, [&](uint32_t i, bool valid) {
+    const float v = valid ? row.score(i) : 0.0f;
     if (valid && fabsf(v) <= FLT_MAX) {
       lo = fminf(lo, v);
       hi = fmaxf(hi, v);
@@ -266,8 +289,8 @@ __device__ bool bin_pass(int64_t k, Each each, SelectShared& s, float& low, floa
   if (scale == 0.0f) return false;
   // One atomic per item: bins spread the items, so that a warp's rarely meet (a match of the
   // warp's bins first cost more than the conflicts it saved).
-  each([&](uint64_t item, bool valid) {
-    if (valid) atomicAdd(&s.hist[bin_of(item, lo, scale)], 1u);
+  for_each_place(row.n, [&](uint32_t i, bool valid) {
+    if (valid) atomicAdd(&s.hist[bin_of(row.score(i), lo, scale)], 1u);
   });
   __syncthreads();
   // Thread t holds bins kDigits - 1 - kBinsPerThread * t downwards: the counts above a bin are an
@@ -307,18 +330,21 @@ __device__ bool bin_pass(int64_t k, Each each, SelectShared& s, float& low, floa
 /// items of its bin alone. Returns false, having set nothing, where the bins cannot spread the
 /// scores or that bin holds more than kMaxTies items (ties: `ties` holds that many); the caller
 /// then runs select_bound. Every thread is past its last use of `s` and `ties` when it returns.
-template <typename Each>
-__device__ bool select_by_bins(int64_t n, int64_t k, Each each, SelectShared& s, uint64_t* ties) {
-  if (n <= k) {
-    select_bound(n, k, each, s);
+template <typename Row>
+__device__ __forceinline__ bool select_by_bins(const Row& row, int64_t k, SelectShared& s,
+                                               uint64_t* ties) {
+  if (row.n <= k) {
+    select_bound(
+        row.n, k, [&](auto f) { for_each_item(row, f); }, s);
     return true;
   }
   float low = 0.0f, scale = 0.0f;
-  if (!bin_pass<false>(k, each, s, low, scale)) return false;
+  if (!bin_pass<false>(row, k, s, low, scale)) return false;
   const uint32_t kth = s.kth_bin, count = s.kth_count, need = s.kth_need;
   if (count > kMaxTies) return false;  // the same for every thread
-  each([&](uint64_t item, bool valid) {
-    if (valid && bin_of(item, low, scale) == kth) ties[atomicAdd(&s.taken, 1u)] = item;
+  for_each_place(row.n, [&](uint32_t i, bool valid) {
+    if (valid && bin_of(row.score(i), low, scale) == kth)
+      ties[atomicAdd(&s.taken, 1u)] = row.item(i);
   });
   __syncthreads();
   for (uint32_t i = threadIdx.x; i < count; i += kSelectThreads) {
@@ -332,28 +358,63 @@ __device__ bool select_by_bins(int64_t n, int64_t k, Each each, SelectShared& s,
   return true;
 }
 
-/// The min(n, k) best of n > 0 items, best first, by one pass of bins: each item of a bin at or
-/// above the k-th item's is placed in its bin's range of buf (k + kMaxBinRun items), then ranked
-/// among that bin's items alone; write(i, item) gets the i-th best. Returns false, having written
-/// nothing, where the bins cannot spread the scores or one of those bins holds more than
-/// kMaxBinRun items (ties; the caller then selects and sorts otherwise, `s` free to use again).
-template <typename Each, typename Write>
-__device__ bool sort_by_bins(int64_t n, int64_t k, Each each, SelectShared& s, uint64_t* buf,
-                             Write write) {
-  const int64_t count = min(n, k);
+/// select_by_bins' choice as marks, for a row of n > k items: bit i % 32 of marks[i / 32] set
+/// where item i is among the k best, the items above the k-th's bin marked as they are binned
+/// (a ballot per 32), that bin's own after they are compared. ties: kMaxTies items, at: their
+/// places. Returns false, having marked nothing, as select_by_bins does. Ends with a block
+/// barrier when it returns true.
+template <typename Row>
+__device__ __forceinline__ bool mark_by_bins(const Row& row, int64_t k, SelectShared& s,
+                                             uint64_t* ties, uint32_t* at, uint32_t* marks) {
   float low = 0.0f, scale = 0.0f;
-  if (!bin_pass<true>(count, each, s, low, scale) || s.crowd > kMaxBinRun) return false;
+  if (!bin_pass<false>(row, k, s, low, scale)) return false;
+  const uint32_t kth = s.kth_bin, count = s.kth_count, need = s.kth_need;
+  if (count > kMaxTies) return false;  // the same for every thread
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for_each_place(row.n, [&](uint32_t i, bool valid) {
+    const uint32_t bin = valid ? bin_of(row.score(i), low, scale) : 0;
+    const unsigned above = __ballot_sync(0xffffffffu, valid && bin > kth);
+    if (lane == 0 && valid) marks[i / 32] = above;
+    if (valid && bin == kth) {
+      const uint32_t t = atomicAdd(&s.taken, 1u);
+      ties[t] = row.item(i);
+      at[t] = static_cast<uint32_t>(i);
+    }
+  });
+  __syncthreads();
+  for (uint32_t t = threadIdx.x; t < count; t += kSelectThreads) {
+    const uint64_t item = ties[t];
+    uint32_t rank = 0;
+    for (uint32_t j = 0; j < count; ++j)
+      rank += ties[j] > item ? 1u : 0u;
+    if (rank < need) atomicOr(&marks[at[t] / 32], 1u << (at[t] % 32));
+  }
+  __syncthreads();
+  return true;
+}
+
+/// The min(n, k) best of a row of n > 0 items, best first, by one pass of bins: each item of a bin
+/// at or above the k-th item's is placed in its bin's range of buf (k + kMaxBinRun items), then
+/// ranked among that bin's items alone; write(i, item) gets the i-th best. Returns false, having
+/// written nothing, where the bins cannot spread the scores or one of those bins holds more than
+/// kMaxBinRun items (ties; the caller then selects and sorts otherwise, `s` free to use again).
+template <typename Row, typename Write>
+__device__ __forceinline__ bool sort_by_bins(const Row& row, int64_t k, SelectShared& s,
+                                             uint64_t* buf, Write write) {
+  const int64_t count = min(row.n, k);
+  float low = 0.0f, scale = 0.0f;
+  if (!bin_pass<true>(row, count, s, low, scale) || s.crowd > kMaxBinRun) return false;
   const uint32_t kth = s.kth_bin;
-  each([&](uint64_t item, bool valid) {
-    const uint32_t bin = valid ? bin_of(item, low, scale) : 0;
-    if (valid && bin >= kth) buf[atomicAdd(&s.hist[bin], 1u)] = item;
+  for_each_place(row.n, [&](uint32_t i, bool valid) {
+    const uint32_t bin = valid ? bin_of(row.score(i), low, scale) : 0;
+    if (valid && bin >= kth) buf[atomicAdd(&s.hist[bin], 1u)] = row.item(i);
   });
   __syncthreads();
   // The placed items, each ranked among its bin's.
   const uint32_t placed = s.hist[kth];
   for (uint32_t p = threadIdx.x; p < placed; p += kSelectThreads) {
     const uint64_t item = buf[p];
-    const uint32_t bin = bin_of(item, low, scale);
+    const uint32_t bin = bin_of(item_score(item), low, scale);
     const uint32_t first = s.start[bin], end = s.hist[bin];
     uint32_t rank = 0;
     for (uint32_t j = first; j < end; ++j)
