@@ -19,7 +19,8 @@ namespace cudaops {
 //   offsets[b + 1] - 1 of one [rows, ld] matrix (problems of different lengths, as cu_seqlens).
 // - Points are float16, bfloat16 or float32; the products run on the tensor cores with float32
 //   accumulation (float32 points as TF32), everything else (means, norms, sums, centroids) in
-//   float32. Compute capability 8.0 or newer (kNotSupported before).
+//   float32. Compute capability 7.5 or newer (kNotSupported before); on 7.5 (Turing), which
+//   has no bfloat16 or TF32 tensor-core products, those two run on the CUDA cores, slowly.
 // - Each problem, with z_i its working points (x_i; x_i - mean with `center`; x_i - means[b] with
 //   KmeansParams::means; cosine: z_i scaled to unit length, a zero vector staying zero):
 //     1. initial centroids: kStrided, z at rows floor(j * n / n_clusters); kRandom, n_clusters

@@ -221,7 +221,7 @@ Status check_workspace(const char* op, const Layout& layout, void* workspace, si
 }
 
 Status require_tensor_cores(const char* op) {
-  int device = 0, major = 0;
+  int device = 0, major = 0, minor = 0;
   if (const cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
     return cuda_status(error, op, "querying the device");
   }
@@ -230,10 +230,16 @@ Status require_tensor_cores(const char* op) {
       error != cudaSuccess) {
     return cuda_status(error, op, "querying the device");
   }
-  if (major < 8) {
+  if (const cudaError_t error =
+          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+      error != cudaSuccess) {
+    return cuda_status(error, op, "querying the device");
+  }
+  if (major * 10 + minor < 75) {
     return Status(StatusCode::kNotSupported,
-                  std::string(op) + ": needs compute capability 8.0 or newer (device " +
-                      std::to_string(device) + " is " + std::to_string(major) + ".x)");
+                  std::string(op) + ": needs compute capability 7.5 or newer (device " +
+                      std::to_string(device) + " is " + std::to_string(major) + "." +
+                      std::to_string(minor) + ")");
   }
   return Status();
 }

@@ -23,12 +23,31 @@ namespace {
 constexpr int kWarp = 32;
 constexpr unsigned kFull = 0xffffffffu;
 
+// Turing (compute capability 7.5) has no cp.async, no TF32 and no bfloat16 products: the code
+// below says what it does there instead (__CUDA_ARCH__ < 800).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define CUDAOPS_KMEANS_TURING 1
+#else
+#define CUDAOPS_KMEANS_TURING 0
+#endif
+
+/// v rounded to TF32 (10 mantissa bits, to nearest, ties away from zero), in a float's bits.
+__device__ __forceinline__ uint32_t tf32_bits(float v) {
+#if CUDAOPS_KMEANS_TURING
+  uint32_t bits = __float_as_uint(v);
+  if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & 0xffffe000u;
+  return bits;
+#else
+  uint32_t bits;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(v));
+  return bits;
+#endif
+}
+
 template <typename T>
 __device__ __forceinline__ T operand_value(float v) {
   if constexpr (std::is_same_v<T, float>) {
-    uint32_t bits;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(v));
-    return __uint_as_float(bits);
+    return __uint_as_float(tf32_bits(v));
   } else {
     return from_float<T>(v);
   }
@@ -69,18 +88,41 @@ struct Rows {
 
 /// 16 bytes from global to shared memory (at shared address `dst`), of which `bytes` (0 to 16) are
 /// read and the rest zero.
+/// (Turing: a load and a store, done when it returns; copy_commit and copy_wait do nothing.)
 __device__ __forceinline__ void copy16(uint32_t dst, const void* src, int bytes) {
+#if CUDAOPS_KMEANS_TURING
+  uint32_t w[4] = {0u, 0u, 0u, 0u};
+  if (bytes == 16) {
+    const uint4 v = *static_cast<const uint4*>(src);
+    w[0] = v.x;
+    w[1] = v.y;
+    w[2] = v.z;
+    w[3] = v.w;
+  } else {
+    const auto* p = static_cast<const unsigned char*>(src);
+    for (int i = 0; i < bytes; ++i)
+      w[i / 4] |= static_cast<uint32_t>(p[i]) << (8 * (i % 4));
+  }
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(w[0]), "r"(w[1]),
+               "r"(w[2]), "r"(w[3])
+               : "memory");
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+#endif
 }
 __device__ __forceinline__ void copy16(void* dst, const void* src, int bytes) {
   copy16(shared_address(dst), src, bytes);
 }
 __device__ __forceinline__ void copy_commit() {
+#if !CUDAOPS_KMEANS_TURING
   asm volatile("cp.async.commit_group;\n" ::);
+#endif
 }
 template <int N>
 __device__ __forceinline__ void copy_wait() {
+#if !CUDAOPS_KMEANS_TURING
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
 }
 
 /// What the assignment kernels (mma.sync and wgmma) are given.
