@@ -25,6 +25,7 @@
 #include "ivf/ivf_plan.h"
 #include "ivf/ivf_select.cuh"
 #include "kmeans/kmeans_device.cuh"
+#include "kmeans/kmeans_mma.cuh"
 
 namespace cudaops::detail::ivf {
 namespace {
@@ -161,6 +162,87 @@ __global__ void __launch_bounds__(kScoreThreads)
     const bool none = c == 0 ? empty[0] : c == 1 ? empty[1] : c == 2 ? empty[2] : empty[3];
     if (lane % 4 == 0 && j0 + c < n_clusters) {
       scores[(h * head_rows + row0 + r) * n_clusters + j0 + c] = none ? -INFINITY : score * scale;
+    }
+  }
+  search_done();
+}
+
+// Cluster scores on the tensor cores (d <= kMmaScoreDim): warps of kMmaTiles tiles of 8
+// centroids, every load of a warp issued before its first product.
+constexpr int kMmaScoreWarps = 4;
+constexpr int kMmaTiles = 4;
+constexpr int kMmaScoreDim = 128;
+
+/// 16 bytes at p, or zeros where `in` is false.
+template <typename T>
+__device__ __forceinline__ uint4 load16_or_zero(const T* p, bool in) {
+  return in ? *reinterpret_cast<const uint4*>(p) : make_uint4(0u, 0u, 0u, 0u);
+}
+
+/// cluster_scores_kernel's scores by mma.sync (m16n8k16, float32 sums): the block's up to 16 query
+/// rows of kv head h are the A operand (rows g and g + 8 of lane 4 g + t), each warp's tiles of
+/// 8 centroids the B operand (centroid g of the tile). A lane loads 16 bytes of each 32 values:
+/// values 32 c + 8 t to 32 c + 8 t + 7 of its row or centroid, which serve two products as k
+/// pairs (2 t, 2 t + 8) and then (2 t, 2 t + 8) again: the same order of k in A and B, so the sums
+/// are the dot products.
+template <typename T>
+__global__ void __launch_bounds__(kMmaScoreWarps * 32)
+    cluster_scores_mma_kernel(const T* queries, const T* centroids, const int32_t* sizes,
+                              int64_t head_rows, int64_t row_tiles, int64_t max_clusters,
+                              int64_t n_clusters, int d, float scale, float* scores) {
+  constexpr int kChunks = kMmaScoreDim / 32;
+  wait_for_prior_kernels();
+  const int64_t h = blockIdx.x / row_tiles;
+  const int64_t row0 = (blockIdx.x % row_tiles) * kRowsPerBlock;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kRowsPerBlock), head_rows - row0));
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int g = lane / 4, t = lane % 4;
+  const int64_t tiles = (n_clusters + 7) / 8;
+  const int64_t first = (int64_t{blockIdx.y} * kMmaScoreWarps + warp) * kMmaTiles;
+  uint4 b[kMmaTiles][kChunks];
+#pragma unroll
+  for (int u = 0; u < kMmaTiles; ++u) {
+    const int64_t j = (first + u) * 8 + g;
+    const T* c = centroids + (h * max_clusters + (j < n_clusters ? j : 0)) * d;
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int at = 32 * k + 8 * t;
+      b[u][k] = load16_or_zero(c + at, j < n_clusters && at < d);
+    }
+  }
+  const T* q = queries + (h * head_rows + row0) * d;
+  uint4 qa[kChunks], qb[kChunks];
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    const int at = 32 * k + 8 * t;
+    qa[k] = load16_or_zero(q + static_cast<int64_t>(g) * d + at, g < rows && at < d);
+    qb[k] = load16_or_zero(q + static_cast<int64_t>(g + 8) * d + at, g + 8 < rows && at < d);
+  }
+#pragma unroll
+  for (int u = 0; u < kMmaTiles; ++u) {
+    const int64_t tile = first + u;
+    if (tile >= tiles) break;  // the same for the whole warp
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const uint32_t lo[4] = {qa[k].x, qb[k].x, qa[k].y, qb[k].y};
+      const uint32_t hi[4] = {qa[k].z, qb[k].z, qa[k].w, qb[k].w};
+      kmeans::mma<T>(acc, lo, b[u][k].x, b[u][k].y);
+      kmeans::mma<T>(acc, hi, b[u][k].z, b[u][k].w);
+    }
+    // acc: rows g and g + 8, centroids 2 t and 2 t + 1 of the tile.
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t j = tile * 8 + 2 * t + e;
+      if (j >= n_clusters) continue;
+      const bool empty = sizes[h * max_clusters + j] <= 0;
+      if (g < rows) {
+        scores[(h * head_rows + row0 + g) * n_clusters + j] = empty ? -INFINITY : acc[e] * scale;
+      }
+      if (g + 8 < rows) {
+        scores[(h * head_rows + row0 + g + 8) * n_clusters + j] =
+            empty ? -INFINITY : acc[2 + e] * scale;
+      }
     }
   }
   search_done();
@@ -505,7 +587,15 @@ Status launch_cluster_scores(const char* op, const IvfShape& s, const IvfLayout&
                         reinterpret_cast<const int32_t*>(ix + index.sizes), head_rows, row_tiles,
                         s.max_clusters, n_clusters, d, scale, scores);
   };
-  if (d <= 128) return with(std::integral_constant<int, 1>{});
+  if (d <= kMmaScoreDim) {
+    const int64_t per_block = int64_t{kMmaScoreWarps} * kMmaTiles * 8;
+    const dim3 grid(static_cast<unsigned>(s.heads * row_tiles),
+                    static_cast<unsigned>((n_clusters + per_block - 1) / per_block));
+    return launch_after(op, cluster_scores_mma_kernel<T>, grid, kMmaScoreWarps * 32, 0, stream,
+                        queries, reinterpret_cast<const T*>(ix + index.centroids_lp),
+                        reinterpret_cast<const int32_t*>(ix + index.sizes), head_rows, row_tiles,
+                        s.max_clusters, n_clusters, d, scale, scores);
+  }
   if (d <= 256) return with(std::integral_constant<int, 2>{});
   return with(std::integral_constant<int, 4>{});
 }
