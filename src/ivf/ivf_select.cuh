@@ -137,6 +137,22 @@ __device__ __forceinline__ void for_each_item(const Row& row, F f) {
                  [&](uint32_t i, bool valid) { f(valid ? row.item(i) : uint64_t{0}, valid); });
 }
 
+/// This thread's counts of s.hist (c, and their sum), thread t holding bins kDigits - 1 -
+/// kBinsPerThread * t downwards, and the items in the bins above them (an exclusive scan over the
+/// block).
+__device__ __forceinline__ uint32_t bins_above(SelectShared& s, uint32_t (&c)[kBinsPerThread],
+                                               uint32_t& sum) {
+  sum = 0;
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; ++j) {
+    c[j] = s.hist[kDigits - 1 - (threadIdx.x * kBinsPerThread + j)];
+    sum += c[j];
+  }
+  uint32_t above = 0;
+  SelectScan(s.scan).ExclusiveSum(sum, above);
+  return above;
+}
+
 /// The bound of the k best of n items (`each(f)` calls f(item, valid) on each of the row's items
 /// as for_each_item does): afterwards item x is among them exactly when
 /// x >= s.prefix (s.prefix has no bits outside s.mask). With n <= k every item is.
@@ -200,17 +216,8 @@ __device__ void select_bound(int64_t n, int64_t k, Each each, SelectShared& s) {
       if (in && (peers & ((1u << lane) - 1)) == 0) atomicAdd(&s.hist[bin], __popc(peers));
     });
     __syncthreads();
-    // Thread t holds bins kDigits - 1 - kBinsPerThread * t downwards: the counts above a bin are
-    // an exclusive scan.
-    uint32_t c[kBinsPerThread];
-    uint32_t sum = 0;
-#pragma unroll
-    for (int j = 0; j < kBinsPerThread; ++j) {
-      c[j] = s.hist[kDigits - 1 - (threadIdx.x * kBinsPerThread + j)];
-      sum += c[j];
-    }
-    uint32_t above = 0;
-    SelectScan(s.scan).ExclusiveSum(sum, above);
+    uint32_t c[kBinsPerThread], sum = 0;
+    uint32_t above = bins_above(s, c, sum);
     if (above < left && above + sum >= left) {  // one thread: its bins hold the k-th item
 #pragma unroll
       for (int j = 0; j < kBinsPerThread; ++j) {
@@ -228,6 +235,15 @@ __device__ void select_bound(int64_t n, int64_t k, Each each, SelectShared& s) {
     __syncthreads();
     if (s.done) return;  // the same for every thread
   }
+}
+
+/// How many of items[first, end) are larger than `item` (its rank among them, from 0).
+__device__ __forceinline__ uint32_t items_above(const uint64_t* items, uint32_t first, uint32_t end,
+                                                uint64_t item) {
+  uint32_t rank = 0;
+  for (uint32_t j = first; j < end; ++j)
+    rank += items[j] > item ? 1u : 0u;
+  return rank;
 }
 
 constexpr uint32_t kMaxTies = 256;    // items of the k-th item's bin select_by_bins compares
@@ -293,17 +309,8 @@ __device__ __forceinline__ bool bin_pass(const Row& row, int64_t k, SelectShared
     if (valid) atomicAdd(&s.hist[bin_of(row.score(i), lo, scale)], 1u);
   });
   __syncthreads();
-  // Thread t holds bins kDigits - 1 - kBinsPerThread * t downwards: the counts above a bin are an
-  // exclusive scan.
-  uint32_t c[kBinsPerThread];
-  uint32_t sum = 0;
-#pragma unroll
-  for (int j = 0; j < kBinsPerThread; ++j) {
-    c[j] = s.hist[kDigits - 1 - (threadIdx.x * kBinsPerThread + j)];
-    sum += c[j];
-  }
-  uint32_t above = 0;
-  SelectScan(s.scan).ExclusiveSum(sum, above);
+  uint32_t c[kBinsPerThread], sum = 0;
+  uint32_t above = bins_above(s, c, sum);
   const auto want = static_cast<uint32_t>(k);
   uint32_t crowd = 0;
 #pragma unroll
@@ -348,11 +355,7 @@ __device__ __forceinline__ bool select_by_bins(const Row& row, int64_t k, Select
   });
   __syncthreads();
   for (uint32_t i = threadIdx.x; i < count; i += kSelectThreads) {
-    const uint64_t item = ties[i];
-    uint32_t rank = 0;
-    for (uint32_t j = 0; j < count; ++j)
-      rank += ties[j] > item ? 1u : 0u;
-    if (rank == need - 1) s.prefix = item;
+    if (items_above(ties, 0, count, ties[i]) == need - 1) s.prefix = ties[i];
   }
   __syncthreads();
   return true;
@@ -383,11 +386,9 @@ __device__ __forceinline__ bool mark_by_bins(const Row& row, int64_t k, SelectSh
   });
   __syncthreads();
   for (uint32_t t = threadIdx.x; t < count; t += kSelectThreads) {
-    const uint64_t item = ties[t];
-    uint32_t rank = 0;
-    for (uint32_t j = 0; j < count; ++j)
-      rank += ties[j] > item ? 1u : 0u;
-    if (rank < need) atomicOr(&marks[at[t] / 32], 1u << (at[t] % 32));
+    if (items_above(ties, 0, count, ties[t]) < need) {
+      atomicOr(&marks[at[t] / 32], 1u << (at[t] % 32));
+    }
   }
   __syncthreads();
   return true;
@@ -415,11 +416,9 @@ __device__ __forceinline__ bool sort_by_bins(const Row& row, int64_t k, SelectSh
   for (uint32_t p = threadIdx.x; p < placed; p += kSelectThreads) {
     const uint64_t item = buf[p];
     const uint32_t bin = bin_of(item_score(item), low, scale);
-    const uint32_t first = s.start[bin], end = s.hist[bin];
-    uint32_t rank = 0;
-    for (uint32_t j = first; j < end; ++j)
-      rank += buf[j] > item ? 1u : 0u;
-    if (first + rank < count) write(static_cast<int64_t>(first + rank), item);
+    const uint32_t first = s.start[bin];
+    const uint32_t place = first + items_above(buf, first, s.hist[bin], item);
+    if (place < count) write(static_cast<int64_t>(place), item);
   }
   return true;
 }
