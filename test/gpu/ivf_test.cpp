@@ -22,6 +22,7 @@
 #include "reference/host_array.h"
 #include "reference/ivf.h"
 #include "reference/kmeans.h"
+#include "support/device_caps.h"
 
 namespace cudaops {
 namespace {
@@ -29,13 +30,7 @@ namespace {
 using harness::DeviceBuffer;
 using ref::HostArray;
 
-bool HasTensorCores() {  // compute capability 7.5 or newer, what k-means needs
-  int device = 0, major = 0, minor = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-         major * 10 + minor >= 75;
-}
+using testing::HasTensorCores;
 
 struct Case {
   DType dtype = DType::kFloat16;

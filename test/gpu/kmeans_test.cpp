@@ -20,6 +20,7 @@
 #include "harness/device_buffer.h"
 #include "reference/host_array.h"
 #include "reference/kmeans.h"
+#include "support/device_caps.h"
 
 namespace cudaops {
 namespace {
@@ -30,13 +31,7 @@ using ref::HostArray;
 
 constexpr DType kDtypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};
 
-bool HasTensorCores() {  // compute capability 7.5 or newer, what k-means needs
-  int device = 0, major = 0, minor = 0;
-  return cudaGetDevice(&device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-         major * 10 + minor >= 75;
-}
+using testing::HasTensorCores;
 
 /// Points drawn around `centers` centres per problem (spread 0.15 about centres of norm ~1), so
 /// that most points have a clear nearest centroid; `ld` >= d, the padding filled too.

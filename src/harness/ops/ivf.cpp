@@ -251,10 +251,6 @@ class DeviceIndex {
   size_t workspace_bytes_ = 0;
 };
 
-double product_eps(DType dtype) {
-  return dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
-}
-
 /// Each of the n keys (n x d values of dtype, 16-bit) of one head assigned to the nearest of the
 /// m centroids (cosine, centred by `mean`), in double precision.
 ref::KmeansReference nearest_centroids(DType dtype, const unsigned char* keys, int64_t n, int64_t d,
@@ -268,6 +264,13 @@ ref::KmeansReference nearest_centroids(DType dtype, const unsigned char* keys, i
   ref::HostArray head(dtype, n * d);
   std::memcpy(head.data(), keys, static_cast<size_t>(n * d * 2));
   return ref::kmeans_assign(head, one, centroids, m, mean, KmeansMetric::kCosine);
+}
+
+/// Whether `label` is key t's nearest centroid (nearest_centroids), or another within what the
+/// 16-bit products' rounding can turn (32 units of dtype's precision of the margin).
+bool nearest_or_tied(const ref::KmeansReference& nearest, int64_t t, int64_t label, DType dtype) {
+  const double eps = dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+  return label == nearest.labels[t] || nearest.margins[t] <= 32 * eps;
 }
 
 class IvfBuildCase : public OpCase {
@@ -315,7 +318,6 @@ class IvfBuildCase : public OpCase {
     ref::HostArray got(DType::kFloat32, h * d + h * n);
     std::vector<double> want(static_cast<size_t>(got.size()));
     int64_t at = 0;
-    const double eps = product_eps(sh.dtype);
     const auto* keys = static_cast<const unsigned char*>(index_.keys().data());
     for (int64_t hh = 0; hh < h; ++hh) {
       // The head's mean, in double.
@@ -345,7 +347,7 @@ class IvfBuildCase : public OpCase {
         const int32_t label = st.labels[hh * n + t];
         bool right = seen[t] == 1 && label >= 0;
         if (right && p.global_pass) {
-          right = label == nearest.labels[t] || nearest.margins[t] <= 32 * eps;
+          right = nearest_or_tied(nearest, t, label, sh.dtype);
         } else if (right) {
           int64_t g = 0, begin = 0, end = 0;
           for (; g < p.n_segments; ++g) {
@@ -549,7 +551,6 @@ class IvfExtendCase : public OpCase {
     const auto centroids = index_.download<float>(layout.centroids, h * cm * d);
     const auto means = index_.download<float>(layout.means, h * d);
     const auto* keys = static_cast<const unsigned char*>(index_.keys().data());
-    const double eps = product_eps(sh.dtype);
     ref::HostArray got(DType::kFloat32, 2 + h * (t_new + 2));
     std::vector<double> want(static_cast<size_t>(got.size()));
     int64_t at = 0;
@@ -586,8 +587,7 @@ class IvfExtendCase : public OpCase {
           {centroids.begin() + (hh * cm + c0) * d, centroids.begin() + (hh * cm + c0 + m) * d}, m,
           {means.begin() + hh * d, means.begin() + (hh + 1) * d});
       for (int64_t t = 0; t < t_new; ++t) {
-        const bool right =
-            seen[t] == 1 && (label[t] == nearest.labels[t] || nearest.margins[t] <= 32 * eps);
+        const bool right = seen[t] == 1 && nearest_or_tied(nearest, t, label[t], sh.dtype);
         got.set(at, right ? 1.0 : 0.0);
         want[at++] = 1.0;
       }
