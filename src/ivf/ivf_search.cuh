@@ -200,10 +200,14 @@ __global__ void __launch_bounds__(kMmaScoreWarps * 32)
   const int64_t tiles = (n_clusters + 7) / 8;
   const int64_t first = (int64_t{blockIdx.y} * kMmaScoreWarps + warp) * kMmaTiles;
   uint4 b[kMmaTiles][kChunks];
+  // Centroid g's size with its values, so that no load is left after the products (an empty
+  // cluster scores -inf).
+  int32_t size[kMmaTiles];
 #pragma unroll
   for (int u = 0; u < kMmaTiles; ++u) {
     const int64_t j = (first + u) * 8 + g;
     const T* c = centroids + (h * max_clusters + (j < n_clusters ? j : 0)) * d;
+    size[u] = j < n_clusters ? sizes[h * max_clusters + j] : 0;
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
       const int at = 32 * k + 8 * t;
@@ -230,12 +234,14 @@ __global__ void __launch_bounds__(kMmaScoreWarps * 32)
       kmeans::mma<T>(acc, lo, b[u][k].x, b[u][k].y);
       kmeans::mma<T>(acc, hi, b[u][k].z, b[u][k].w);
     }
-    // acc: rows g and g + 8, centroids 2 t and 2 t + 1 of the tile.
+    // acc: rows g and g + 8, centroids 2 t and 2 t + 1 of the tile (lanes 8 t and 8 t + 4 hold
+    // their sizes).
+    const unsigned empties = __ballot_sync(0xffffffffu, size[u] <= 0);
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int64_t j = tile * 8 + 2 * t + e;
       if (j >= n_clusters) continue;
-      const bool empty = sizes[h * max_clusters + j] <= 0;
+      const bool empty = ((empties >> (8 * t + 4 * e)) & 1u) != 0;
       if (g < rows) {
         scores[(h * head_rows + row0 + g) * n_clusters + j] = empty ? -INFINITY : acc[e] * scale;
       }
@@ -248,13 +254,12 @@ __global__ void __launch_bounds__(kMmaScoreWarps * 32)
   search_done();
 }
 
-/// The sum over a warp (every lane takes part).
-__device__ __forceinline__ int64_t warp_sum(int64_t v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+/// Scans over a block of the probes: a thread's chosen clusters (above kPlaceCountShift) and
+/// their tokens (below) in one 64-bit sum. A round's count is below 2^16 (kSelectThreads words of
+/// 32), a head's tokens below 2^31 (int32 ids).
+using PlaceScan = cub::BlockScan<uint64_t, kSelectThreads>;
+constexpr int kPlaceCountShift = 48;
+constexpr uint64_t kPlaceTokens = (uint64_t{1} << kPlaceCountShift) - 1;
 
 /// A block per query row: the n_probe best clusters in ascending order, with each one's first
 /// token in its head (starts) and first place in the row's candidate list (places, n_probe + 1
@@ -266,34 +271,28 @@ __global__ void __launch_bounds__(kSelectThreads)
                   int64_t n_queries, int64_t group, int64_t max_clusters, int64_t n_probe,
                   int64_t max_candidates, bool staged_row, int32_t* probes, int64_t* starts,
                   int64_t* places, int64_t* lengths) {
-  constexpr int kWarps = kSelectThreads / 32;
   __shared__ SelectShared s;
   __shared__ uint64_t ties[kMaxTies];
   __shared__ uint32_t tie_at[kMaxTies];
-  __shared__ uint32_t warp_count[kWarps];
-  __shared__ int64_t warp_tokens[kWarps];
+  __shared__ typename PlaceScan::TempStorage place_scan;
   extern __shared__ float staged[];
   wait_for_prior_kernels();
   const int64_t r = blockIdx.x;
   const float* row = scores + r * n_clusters;
   const int64_t* off = offsets + ((r / n_queries) / group) * (max_clusters + 1);
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  // Each warp's share of the clusters, whole 32s in order; its offsets go to L1 while the
-  // selection runs (the compaction reads those of the chosen clusters).
   // 32-bit places: a head's clusters are below 2^31.
   const int n = static_cast<int>(n_clusters);
-  const int share = (n + kWarps * 32 - 1) / (kWarps * 32) * 32;
-  const int lo = min(n, warp * share), hi = min(n, lo + share);
-  for (int i = lo + 16 * lane; i <= hi; i += 16 * 32)
+  const int words = (n + 31) / 32;
+  // The offsets go to L1 while the selection runs (the placement reads those of the chosen
+  // clusters).
+  for (int i = 16 * static_cast<int>(threadIdx.x); i <= n; i += 16 * kSelectThreads)
     asm volatile("prefetch.global.L1 [%0];" ::"l"(off + i));
   if (staged_row) stage_row(row, n_clusters, staged);
   __syncthreads();
   // Written once per source of the row, so that a staged row is read as shared memory.
   const auto select_and_place = [&](const ScoreRow& items) {
-    // The chosen clusters as a ballot per 32 (kept after a staged row's scores): marked while the
-    // bins select them, else compared with select_bound's bound. Empty clusters (-inf) are left
-    // out. Each warp then counts its chosen clusters and their tokens; a scan over the warps
-    // places each warp's.
+    // The chosen clusters as a ballot per 32 (kept after a staged row's scores) where the bins
+    // mark them, else compared with select_bound's bound.
     uint32_t* ballots = staged_row ? reinterpret_cast<uint32_t*>(staged + n_clusters) : nullptr;
     const bool marked = ballots != nullptr && n_clusters > n_probe &&
                         mark_by_bins(items, n_probe, s, ties, tie_at, ballots);
@@ -303,73 +302,62 @@ __global__ void __launch_bounds__(kSelectThreads)
     }
     // item >= s.prefix, compared as the score's rank key and the id's complement
     const auto top = static_cast<uint32_t>(s.prefix >> 32), low = static_cast<uint32_t>(s.prefix);
-    const auto chosen = [&](int i) {
-      const uint32_t key = rank_key(items.score(i));
-      return key != kNegInfKey &&
-             (key > top || (key == top && 0xffffffffu - static_cast<uint32_t>(i) >= low));
-    };
-    uint32_t count = 0;
-    int64_t tokens = 0;
-    for (int c = lo; c < hi; c += 32) {
-      const int i = c + lane;
-      const bool in =
-          i < hi && (marked ? ((ballots[c / 32] >> lane) & 1u) != 0 && items.score(i) != -INFINITY
-                            : chosen(i));
-      const unsigned ballot = __ballot_sync(0xffffffffu, in);
-      if (ballots != nullptr && !marked && lane == 0) ballots[c / 32] = ballot;
-      count += __popc(ballot);
-      if (in) tokens += off[i + 1] - off[i];
-    }
-    tokens = warp_sum(tokens);
-    if (lane == 0) {
-      warp_count[warp] = count;
-      warp_tokens[warp] = tokens;
-    }
-    __syncthreads();
-    // Lane w < kWarps: warp w's totals, then their inclusive scan.
-    uint32_t slots = lane < kWarps ? warp_count[lane] : 0;
-    int64_t sum = lane < kWarps ? warp_tokens[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t a = __shfl_up_sync(0xffffffffu, slots, o);
-      const int64_t b = __shfl_up_sync(0xffffffffu, sum, o);
-      if (lane >= o) {
-        slots += a;
-        sum += b;
+    // The chosen clusters of word w (clusters 32 w to 32 w + 31) as bits; empty clusters (-inf)
+    // are left out (the bins may mark them as ties where fewer than n_probe are finite).
+    const auto chosen_bits = [&](int w) {
+      const int first = 32 * w, end = min(n, first + 32);
+      uint32_t bits = 0;
+      if (marked) {
+        bits = ballots[w];
+        for (uint32_t b = bits; b != 0; b &= b - 1) {
+          const int bit = __ffs(static_cast<int>(b)) - 1;
+          if (items.score(first + bit) == -INFINITY) bits &= ~(1u << bit);
+        }
+        return bits;
       }
-    }
-    uint32_t slot0 = __shfl_sync(0xffffffffu, slots, warp) - count;
-    int64_t at = __shfl_sync(0xffffffffu, sum, warp) - tokens;
-    const uint32_t chosen_all = __shfl_sync(0xffffffffu, slots, kWarps - 1);
-    const int64_t total = __shfl_sync(0xffffffffu, sum, kWarps - 1);
+      for (int i = first; i < end; ++i) {
+        const uint32_t key = rank_key(items.score(i));
+        const uint32_t id_key = 0xffffffffu - static_cast<uint32_t>(i);
+        const bool in = key != kNegInfKey && (key > top || (key == top && id_key >= low));
+        bits |= in ? 1u << (i - first) : 0u;
+      }
+      return bits;
+    };
+    // A word a thread: its clusters and their tokens, placed by one scan over the block per
+    // round of kSelectThreads words.
     int32_t* out = probes + r * n_probe;
     int64_t* start = starts + r * n_probe;
     int64_t* place = places + r * (n_probe + 1);
-    for (int c = lo; c < hi; c += 32) {
-      const int i = c + lane;
-      unsigned ballot = ballots != nullptr ? ballots[c / 32] : 0xffffffffu;
-      if (ballot == 0) continue;  // the same for the whole warp
-      const bool in = i < hi && (ballots != nullptr
-                                     ? ((ballot >> lane) & 1u) != 0 && items.score(i) != -INFINITY
-                                     : chosen(i));
-      ballot = __ballot_sync(0xffffffffu, in);
-      if (ballot == 0) continue;
-      const int64_t size = in ? off[i + 1] - off[i] : 0;
-      int64_t upto = size;  // an inclusive scan of the sizes over the warp
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int64_t v = __shfl_up_sync(0xffffffffu, upto, o);
-        if (lane >= o) upto += v;
+    uint64_t done = 0;  // the rounds before: clusters above kPlaceCountShift, tokens below
+    for (int w0 = 0; w0 < words; w0 += kSelectThreads) {
+      const int w = w0 + static_cast<int>(threadIdx.x);
+      const uint32_t bits = w < words ? chosen_bits(w) : 0u;
+      int64_t tokens = 0;
+      for (uint32_t b = bits; b != 0; b &= b - 1) {
+        const int i = 32 * w + __ffs(static_cast<int>(b)) - 1;
+        tokens += off[i + 1] - off[i];
       }
-      if (in) {
-        const uint32_t slot = slot0 + __popc(ballot & ((1u << lane) - 1));
-        out[slot] = static_cast<int32_t>(i);
-        start[slot] = off[i];
-        place[slot] = at + upto - size;
+      uint64_t before = 0, round = 0;
+      PlaceScan(place_scan)
+          .ExclusiveSum((static_cast<uint64_t>(__popc(bits)) << kPlaceCountShift) |
+                            static_cast<uint64_t>(tokens),
+                        before, round);
+      before += done;
+      auto slot = static_cast<uint32_t>(before >> kPlaceCountShift);
+      auto at = static_cast<int64_t>(before & kPlaceTokens);
+      for (uint32_t b = bits; b != 0; b &= b - 1, ++slot) {
+        const int i = 32 * w + __ffs(static_cast<int>(b)) - 1;
+        const int64_t first = off[i];
+        out[slot] = i;
+        start[slot] = first;
+        place[slot] = at;
+        at += off[i + 1] - first;
       }
-      slot0 += __popc(ballot);
-      at += __shfl_sync(0xffffffffu, upto, 31);
+      done += round;
+      __syncthreads();  // place_scan is used again
     }
+    const auto chosen_all = static_cast<int64_t>(done >> kPlaceCountShift);
+    const auto total = static_cast<int64_t>(done & kPlaceTokens);
     for (int64_t i = chosen_all + threadIdx.x; i <= n_probe; i += kSelectThreads) {
       if (i < n_probe) {
         out[i] = -1;
