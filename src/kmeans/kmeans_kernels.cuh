@@ -395,15 +395,21 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
         !s.ok())
       return s;
   }
-  for (int iter = 0; small_blocks == 0 && iter < params.n_iters; ++iter) {
+  // The operand rows of the initial centroids; then each update's sums write those of the new
+  // ones, except where empty clusters are re-seeded after them.
+  const bool reseeds = params.empty == KmeansEmpty::kFarthest;
+  if (small_blocks == 0) {
     if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
+  }
+  for (int iter = 0; small_blocks == 0 && iter < params.n_iters; ++iter) {
     if (Status s = launch_assign<T>(iter == 0 ? call : again, stream); !s.ok()) return s;
-    if (Status s = launch_update<T>(call, stream); !s.ok()) return s;
-    if (params.empty == KmeansEmpty::kFarthest) {
+    if (Status s = launch_update<T>(call, !reseeds, stream); !s.ok()) return s;
+    if (reseeds) {
       reseed_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(
           rows_of<T>(p), d, call.k, call.counts, call.scores, call.point_w, means, cosine,
           call.centroids);
       if (Status s = launched(stream); !s.ok()) return s;
+      if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
     }
   }
   if (small_blocks > 0) {
@@ -413,7 +419,6 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
         !s.ok())
       return s;
   } else {
-    if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
     if (Status s = launch_assign<T>(again, stream); !s.ok()) return s;
     if (Status s = launch_finish<T, float>(call, call.centroids, result.labels, nullptr,
                                            result.sizes, result.objective, stream);

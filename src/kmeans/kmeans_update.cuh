@@ -121,9 +121,12 @@ struct SumArgs {
   const int32_t* perm;    // [batch, n]
   const float* means;     // or null
   float* centroids;       // [batch, k, d]
+  T* operand;             // [batch, k, d_pad], or null: not written
+  float* bias;            // [batch, k] (with operand)
   int64_t k;
   int64_t items;  // batch * k
   int d;
+  int d_pad;
   bool cosine;
   bool prefetch;  // prefetch_share: each problem's rows fit L2 a few times over
 };
@@ -162,10 +165,12 @@ __device__ __forceinline__ void prefetch_share(const SumArgs<T>& args) {
 }
 
 /// New centroids: a warp per cluster adds its points' working rows (y, or y / |y| for cosine) and
-/// writes their mean (cosine: their sum at unit length). Empty clusters, and cosine sums of zero,
-/// keep their centroid. A row is read in 16-byte pieces by kL lanes (kQ pieces each), so a warp
-/// reads 32 / kL rows per load and keeps several loads in flight; each group of kL lanes adds
-/// its rows in row order and the groups are added in a fixed order: the same bits every run.
+/// writes their mean (cosine: their sum at unit length), and where args.operand is set, the
+/// centroid's operand row and bias as operand_kernel writes them (so that the next assignment
+/// needs no launch to round them). Empty clusters, and cosine sums of zero, keep their centroid. A
+/// row is read in 16-byte pieces by kL lanes (kQ pieces each), so a warp reads 32 / kL rows per
+/// load and keeps several loads in flight; each group of kL lanes adds its rows in row order and
+/// the groups are added in a fixed order: the same bits every run.
 template <typename T, int kL, int kQ>
 __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarps)
     sum_kernel(SumArgs<T> args) {
@@ -247,7 +252,7 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
 #pragma unroll
   for (int q = 0; q < kQ; ++q)
     add_groups<kL>(acc[q], lane);
-  float scale;
+  float scale = 1.0f;
   if (args.cosine) {
     float s2 = 0.0f;
 #pragma unroll
@@ -259,21 +264,41 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
     s2 = group_sum<kL>(s2);
     if (s2 <= 0.0f) return;  // a zero sum keeps the centroid
     scale = 1.0f / sqrtf(s2);
-  } else {
-    scale = 1.0f / static_cast<float>(count);
   }
+  // The centroid (zeros past d), and its operand values: every group holds the sums, so that
+  // every lane takes part in the norm's shuffles.
+  uint4 rounded[kQ];
+  float norm = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kQ; ++q) {
+    const int c0 = (part + q * kL) * kV;
+    T* r = reinterpret_cast<T*>(&rounded[q]);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) {
+      const float v = c0 + e >= args.d ? 0.0f
+                      : args.cosine    ? acc[q][e] * scale
+                                       : acc[q][e] / static_cast<float>(count);
+      acc[q][e] = v;
+      r[e] = operand_value<T>(v);
+      const float f = to_float(r[e]);
+      norm = fmaf(f, f, norm);
+    }
+  }
+  if (args.operand != nullptr) norm = group_sum<kL>(norm);
   if (sub != 0) return;
   float* out = args.centroids + item * args.d;
 #pragma unroll
   for (int q = 0; q < kQ; ++q) {
-    const int c0 = (part + q * kL) * kV;
+    const int piece = part + q * kL, c0 = piece * kV;
 #pragma unroll
     for (int e = 0; e < kV; ++e) {
-      if (c0 + e < args.d) {
-        out[c0 + e] = args.cosine ? acc[q][e] * scale : acc[q][e] / static_cast<float>(count);
-      }
+      if (c0 + e < args.d) out[c0 + e] = acc[q][e];
+    }
+    if (args.operand != nullptr && c0 < args.d_pad) {
+      *reinterpret_cast<uint4*>(args.operand + item * args.d_pad + c0) = rounded[q];
     }
   }
+  if (args.operand != nullptr && part == 0) args.bias[item] = args.cosine ? 0.0f : norm;
 }
 
 // ---- re-seeding empty clusters (kFarthest) -----------------------------------------------------
@@ -364,8 +389,10 @@ __global__ void __launch_bounds__(256)
 /// blocks work on then fit L2 (about 8 at once on an H100's 50 MB).
 constexpr int64_t kPrefetchMost = int64_t{4} << 20;
 
+/// The update: the sort, then the sums; with_operand: the sums also write the centroids' operand
+/// rows and biases (launch_operand's), for the next assignment.
 template <typename T>
-Status launch_update(const Call& call, cudaStream_t stream) {
+Status launch_update(const Call& call, bool with_operand, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
   const auto sort = sort_kernel<T>;
   const size_t smem = static_cast<size_t>(call.k) * sizeof(int32_t);
@@ -379,9 +406,12 @@ Status launch_update(const Call& call, cudaStream_t stream) {
                   call.perm,
                   call.center ? call.means : nullptr,
                   call.centroids,
+                  with_operand ? static_cast<T*>(call.operand) : nullptr,
+                  call.bias,
                   call.k,
                   p.batch * call.k,
                   static_cast<int>(p.d),
+                  static_cast<int>(call.d_pad),
                   call.metric == KmeansMetric::kCosine,
                   p.n * p.ld * static_cast<int64_t>(sizeof(T)) <= kPrefetchMost};
   const unsigned blocks = blocks_for(args.items, kSumWarps);
