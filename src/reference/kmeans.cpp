@@ -227,9 +227,11 @@ KmeansReference kmeans(const HostArray& points, const KmeansLayout& layout,
 
 KmeansReference kmeans_assign(const HostArray& points, const KmeansLayout& layout,
                               const std::vector<double>& centroids, int64_t k,
-                              const std::vector<double>& means, KmeansMetric metric) {
+                              const std::vector<double>& means, KmeansMetric metric,
+                              const std::vector<int32_t>* labels) {
   const int64_t batch = layout.batch, n = layout.n, d = layout.d;
   KmeansReference r;
+  if (labels != nullptr) r.labelled.assign(static_cast<size_t>(batch * n), 0.0);
   r.labels.assign(static_cast<size_t>(batch * n), -1);
   r.margins.assign(static_cast<size_t>(batch * n), 0.0);
   r.distances.assign(static_cast<size_t>(batch * n), 0.0);
@@ -240,6 +242,13 @@ KmeansReference kmeans_assign(const HostArray& points, const KmeansLayout& layou
     const Problem p = working_points(points, layout, b, mean, metric);
     assign(p, &centroids[b * k * d], k, d, metric, &r.labels[b * n], &r.distances[b * n],
            &r.margins[b * n], &r.second[b * n]);
+    for (int64_t i = 0; labels != nullptr && i < p.len; ++i) {
+      const int32_t label = (*labels)[static_cast<size_t>(b * n + i)];
+      r.labelled[b * n + i] =
+          label >= 0 && label < k
+              ? distance(&p.z[i * d], &centroids[(b * k + label) * d], d, metric)
+              : std::numeric_limits<double>::quiet_NaN();
+    }
   }
   return r;
 }

@@ -22,6 +22,9 @@ struct KmeansReference {
   std::vector<double> margins;
   std::vector<double> distances;  ///< [batch, n] the final distances
   std::vector<int32_t> second;    ///< [batch, n] the final assignment's second nearest centroid
+  /// [batch, n] (kmeans_assign with labels): each point's distance to the centroid of its given
+  /// label (a label out of range: NaN).
+  std::vector<double> labelled;
 };
 
 /// The row of problem b's point i in a strided batch, or with offsets (offsets.size() == batch+1).
@@ -49,9 +52,11 @@ KmeansReference kmeans(const HostArray& points, const KmeansLayout& layout,
                        const std::vector<double>& means = {});
 
 /// The nearest centroid of each point, as kmeans_assign does (centroids [batch, k, d]; means
-/// [batch, d] or empty). Fills labels, distances and margins of the result.
+/// [batch, d] or empty). Fills labels, distances and margins of the result, and with `labels`
+/// ([batch, n], e.g. the labels under test) each point's distance to its labelled centroid.
 KmeansReference kmeans_assign(const HostArray& points, const KmeansLayout& layout,
                               const std::vector<double>& centroids, int64_t k,
-                              const std::vector<double>& means, KmeansMetric metric);
+                              const std::vector<double>& means, KmeansMetric metric,
+                              const std::vector<int32_t>* labels = nullptr);
 
 }  // namespace cudaops::ref

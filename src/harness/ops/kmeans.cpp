@@ -150,9 +150,11 @@ class KmeansCase : public OpCase {
     const ref::KmeansReference self = ref::kmeans_assign(
         host_x_, layout_, c, k,
         params_.center ? std::vector<double>(means.begin(), means.end()) : std::vector<double>{},
-        params_.metric);
-    // The objective of each problem and, per point, 1 where its label is right (nearest, or
-    // within the precision of the products of the nearest), checked against 1.
+        params_.metric, &labels);
+    // Per point, 1 where its label is right (nearest, or within the precision of the products of
+    // the nearest), checked against 1; the objective of each problem against the sum of its
+    // points' distances to their labels' centroids (labels within that precision of the nearest
+    // add more than the nearest's distances do, which matters where the distances are tiny).
     const double eps = config_.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
     ref::HostArray got(DType::kFloat32, batch * (n + k + 1));
     std::vector<double> want(static_cast<size_t>(got.size()));
@@ -176,7 +178,7 @@ class KmeansCase : public OpCase {
         const bool right = in_range && (label == self.labels[p] || self.margins[p] <= threshold);
         got.set(at, right ? 1.0 : 0.0);
         want[at++] = 1.0;
-        objective_sum += self.distances[p];
+        objective_sum += self.labelled[p];
       }
       for (int64_t j = 0; j < k; ++j) {
         got.set(at, sizes[b * k + j]);
