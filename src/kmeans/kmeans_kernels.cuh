@@ -391,7 +391,9 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
     if (Status s = plan_small_fit<T>(call, &small_blocks, &small_smem); !s.ok()) return s;
   }
   if (small_blocks > 0) {
-    if (Status s = launch_small_fit<T>(call, params.n_iters, small_blocks, small_smem, stream);
+    // The points' distances only where the objective is asked for.
+    if (Status s = launch_small_fit<T>(call, params.n_iters, small_blocks, small_smem,
+                                       result.objective != nullptr, stream);
         !s.ok())
       return s;
   }

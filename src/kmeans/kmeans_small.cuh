@@ -14,7 +14,7 @@
 //   3. block r owns clusters [r * owned, (r + 1) * owned): it adds the blocks' sums of each in
 //      rank order (read through the cluster), writes the new centroid and its operand and bias
 //      into every block.
-// Then the last assignment: labels and each point's distance to its centroid.
+// Then the last assignment: labels and, where asked for, each point's distance to its centroid.
 // The same order of additions every run, so the same bits; two cluster barriers per iteration;
 // the points are read from memory once.
 #include <cub/block/block_scan.cuh>
@@ -90,7 +90,7 @@ struct SmallArgs {
   SmallLayout l;       // (kernel parameters: no registers held for the offsets)
   bool float4_rows;    // centroid rows are 16-byte aligned (d % 4 == 0, centroids aligned)
   int32_t* labels;     // [batch, n]: the last assignment's
-  float* distances;    // [batch, n]: each point's distance to its centroid
+  float* distances;    // [batch, n]: each point's distance to its centroid, or null: not asked for
 };
 
 /// A piece of 16 bytes of T as floats.
@@ -415,6 +415,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   __syncthreads();
   for (int r = tid; r < rows_here; r += kSmallThreads)
     a.labels[b * a.rows.n + row0 + r] = label[r];
+  if (a.distances == nullptr) return;
   float m[kV];
   piece_mean(m);
   for (int r0 = warp * kR; r0 < rows_here; r0 += kSmallWarps * kR) {
@@ -492,9 +493,10 @@ Status launch_small_kernel(const SmallArgs<T>& args, int64_t batch, size_t smem,
 
 /// Runs n_iters iterations of call's fit and the last assignment in one launch of `blocks` blocks
 /// per problem: call.centroids holds the initial centroids, and the fitted ones after;
-/// call.labels and call.scores the last labels and each point's distance to its centroid.
+/// call.labels the last labels and, with `distances`, call.scores each point's distance to its
+/// centroid.
 template <typename T>
-Status launch_small_fit(const Call& call, int n_iters, int blocks, size_t smem,
+Status launch_small_fit(const Call& call, int n_iters, int blocks, size_t smem, bool distances,
                         cudaStream_t stream) {
   const bool cosine = call.metric == KmeansMetric::kCosine;
   const SmallArgs<T> args{
@@ -511,7 +513,7 @@ Status launch_small_fit(const Call& call, int n_iters, int blocks, size_t smem,
       small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), blocks),
       call.points.d % 4 == 0 && reinterpret_cast<uintptr_t>(call.centroids) % 16 == 0,
       call.labels,
-      call.scores};
+      distances ? call.scores : nullptr};
   // Rows of at most 32 pieces (plan_small_fit): one piece a lane.
   return with_row_lanes<T>(call.d_pad, [&](auto lanes, auto pieces) {
     if constexpr (decltype(pieces)::value == 1) {
