@@ -181,6 +181,92 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Calls of fewer slots (heads x clusters) than this take gather_kernel and value_sums_kernel,
+// more take place_kernel.
+constexpr int64_t kPlaceFewSlots = 8192;
+
+/// Slots per head of a call's clusters the kernels below write: the call's, and with clear_rest
+/// the rest too (zero value sums).
+__host__ __device__ inline int64_t placed_slots(const Placement& at) {
+  return at.clear_rest ? at.max_clusters - at.first_slot : at.n_new;
+}
+
+/// A warp per (head, slot from first_slot on), for calls of many clusters (place_kernel's row
+/// chains are then short and every SM busy): its tokens' positions, keys and values copied to
+/// their places in the call's cluster order, and the sum of its values in that order (float32,
+/// the same order every run; zero for slots past the call's clusters), so that the values are
+/// read once. A row of keys and values is kU 16-byte pieces a lane (piece q = lane + 32 u: keys
+/// first, then values), and kRows rows are loaded before any is stored.
+template <typename T, int kU>
+__global__ void __launch_bounds__(256)
+    place_kernel(const int32_t* counts, const int32_t* starts, const int32_t* perm, const T* keys,
+                 const T* values, Placement at, int d, int value_dim, int32_t* ids, T* out_keys,
+                 T* out_values, float* sums) {
+  constexpr int kRows = 8 / kU;
+  const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t slots = placed_slots(at);
+  if (item >= at.heads * slots) return;
+  const int64_t h = item / slots, local = item % slots;
+  const bool held = local < at.n_new;
+  const int64_t first = held ? starts[h * at.n_new + local] : 0;
+  const int count = held ? counts[h * at.n_new + local] : 0;
+  const int key_pieces = d / 8, pieces = key_pieces + value_dim / 8;
+  const int32_t* order = perm + h * at.n_tokens + first;
+  const int64_t to0 = h * at.capacity + at.token_base + first;
+  float acc[kU][8] = {};
+  for (int r0 = 0; r0 < count; r0 += 32) {
+    const int rows = min(32, count - r0);
+    const int32_t mine = lane < rows ? order[r0 + lane] : 0;
+    if (lane < rows) ids[to0 + r0 + lane] = static_cast<int32_t>(at.token_base + mine);
+    for (int r1 = 0; r1 < rows; r1 += kRows) {
+      uint4 x[kRows][kU];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t from = h * at.n_tokens + __shfl_sync(0xFFFFFFFFu, mine, (r1 + r) % 32);
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int q = lane + 32 * u;
+          if (r1 + r < rows && q < pieces) {
+            x[r][u] = q < key_pieces
+                          ? __ldg(reinterpret_cast<const uint4*>(keys + from * d) + q)
+                          : __ldg(reinterpret_cast<const uint4*>(values + from * value_dim) +
+                                  (q - key_pieces));
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t to = to0 + r0 + r1 + r;
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int q = lane + 32 * u;
+          if (r1 + r >= rows || q >= pieces) continue;
+          if (q < key_pieces) {
+            reinterpret_cast<uint4*>(out_keys + to * d)[q] = x[r][u];
+          } else {
+            reinterpret_cast<uint4*>(out_values + to * value_dim)[q - key_pieces] = x[r][u];
+            const T* v = reinterpret_cast<const T*>(&x[r][u]);
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+              acc[u][e] += to_float(v[e]);
+          }
+        }
+      }
+    }
+  }
+  if (value_dim == 0) return;
+  const int64_t slot = h * at.max_clusters + at.first_slot + local;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int q = lane + 32 * u;
+    if (q < key_pieces || q >= pieces) continue;
+    float4* out = reinterpret_cast<float4*>(sums + slot * value_dim + (q - key_pieces) * 8);
+    out[0] = make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
+    out[1] = make_float4(acc[u][4], acc[u][5], acc[u][6], acc[u][7]);
+  }
+}
+
 /// A row of `pieces` 16-byte pieces copied by a warp.
 __device__ __forceinline__ void copy_row(const void* from, void* to, int pieces, int lane) {
   const uint4* src = static_cast<const uint4*>(from);
@@ -189,8 +275,9 @@ __device__ __forceinline__ void copy_row(const void* from, void* to, int pieces,
     dst[q] = __ldg(src + q);
 }
 
-/// A warp per (head, place in the call's cluster order): the token's position, key and value
-/// copied there, in 16-byte pieces.
+/// For calls of few clusters (gather_kernel and value_sums_kernel in place of place_kernel, whose
+/// warps would each follow a long chain of rows on a few SMs): a warp per (head, place in the
+/// call's cluster order), the token's position, key and value copied there, in 16-byte pieces.
 template <typename T>
 __global__ void __launch_bounds__(256)
     gather_kernel(const int32_t* perm, const T* keys, const T* values, Placement at, int d,
@@ -207,11 +294,6 @@ __global__ void __launch_bounds__(256)
     copy_row(values + from * value_dim, out_values + to * value_dim, value_dim / 8, lane);
 }
 
-/// Slots per head value_sums_kernel writes: the call's, and with clear_rest the rest too.
-__host__ __device__ inline int64_t summed_slots(const Placement& at) {
-  return at.clear_rest ? at.max_clusters - at.first_slot : at.n_new;
-}
-
 /// A warp per (head, slot from first_slot on): the sum of its values in cluster order (float32,
 /// the same order every run); zero for slots past the call's clusters. Lane l adds 16-byte piece
 /// l % 16 (of each pass of 16 pieces) of rows l / 16, l / 16 + 2, ... in row order, sixteen rows
@@ -223,7 +305,7 @@ __global__ void __launch_bounds__(256)
                       int value_dim, float* sums) {
   const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t slots = summed_slots(at);
+  const int64_t slots = placed_slots(at);
   if (item >= at.heads * slots) return;
   const int64_t h = item / slots, local = item % slots;
   const int64_t slot = h * at.max_clusters + at.first_slot + local;
@@ -264,16 +346,35 @@ Status write_index(const IvfLayout& layout, unsigned char* ix, const Placement& 
       at<int32_t>(ix, layout.sizes), at<int32_t>(ix, layout.largest));
   if (Status st = launched(stream); !st.ok()) return st;
   T* out_values = value_dim > 0 ? at<T>(ix, layout.values) : nullptr;
-  gather_kernel<T><<<blocks_for(place.heads * place.n_tokens, 8), 256, 0, stream>>>(
-      perm, keys, values, place, d, value_dim, at<int32_t>(ix, layout.ids), at<T>(ix, layout.keys),
-      out_values);
-  if (Status st = launched(stream); !st.ok()) return st;
-  if (value_dim > 0) {
-    value_sums_kernel<T><<<blocks_for(place.heads * summed_slots(place), 8), 256, 0, stream>>>(
-        out_values, counts, starts, place, value_dim, at<float>(ix, layout.value_sums));
+  float* sums = value_dim > 0 ? at<float>(ix, layout.value_sums) : nullptr;
+  const int64_t total = place.heads * placed_slots(place);
+  if (total < kPlaceFewSlots) {
+    gather_kernel<T><<<blocks_for(place.heads * place.n_tokens, 8), 256, 0, stream>>>(
+        perm, keys, values, place, d, value_dim, at<int32_t>(ix, layout.ids),
+        at<T>(ix, layout.keys), out_values);
     if (Status st = launched(stream); !st.ok()) return st;
+    if (value_dim > 0) {
+      value_sums_kernel<T><<<blocks_for(total, 8), 256, 0, stream>>>(out_values, counts, starts,
+                                                                     place, value_dim, sums);
+    }
+    return launched(stream);
   }
-  return Status();
+  const unsigned blocks = blocks_for(total, 8);
+  const int pieces = (d + value_dim) / 8;  // at most 4 * 32: d and value_dim up to kMaxDim
+  static_assert(2 * kMaxDim / 8 <= 4 * 32, "a row of keys and values is at most 4 pieces a lane");
+  const auto launch = [&](auto kernel) {
+    kernel<<<blocks, 256, 0, stream>>>(counts, starts, perm, keys, values, place, d, value_dim,
+                                       at<int32_t>(ix, layout.ids), at<T>(ix, layout.keys),
+                                       out_values, sums);
+  };
+  if (pieces <= 32) {
+    launch(place_kernel<T, 1>);
+  } else if (pieces <= 64) {
+    launch(place_kernel<T, 2>);
+  } else {
+    launch(place_kernel<T, 4>);
+  }
+  return launched(stream);
 }
 
 /// Each problem's rows grouped by label, ascending within one (k-means' stable sort, a block per

@@ -358,6 +358,20 @@ std::vector<Case> Cases() {
     odd.clusters = 2;
     odd.segments = 2;
     cases.push_back(odd);
+    // More slots than kPlaceFewSlots (heads x max_clusters): keys and values placed with their
+    // sums in one kernel, rows of two 16-byte pieces a lane, spare slots past the clusters.
+    Case many;
+    many.dtype = dtype;
+    many.global_pass = false;
+    many.n_iters = 1;
+    many.seq = 4200;
+    many.dim = 128;
+    many.value_dim = 200;
+    many.clusters = 4096;
+    many.segments = 8;
+    many.capacity = 4300;
+    many.max_clusters = 8300;
+    cases.push_back(many);
     Case one;
     one.dtype = dtype;
     one.seq = 1;
