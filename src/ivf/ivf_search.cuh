@@ -255,8 +255,8 @@ __global__ void __launch_bounds__(kMmaScoreWarps * 32)
 }
 
 /// Scans over a block of the probes: a thread's chosen clusters (above kPlaceCountShift) and
-/// their tokens (below) in one 64-bit sum. A round's count is below 2^16 (kSelectThreads words of
-/// 32), a head's tokens below 2^31 (int32 ids).
+/// their tokens (below) in one 64-bit sum. A round's clusters are at most 2^14 (kSelectThreads
+/// words of 32), a head's tokens below 2^31 (int32 ids).
 using PlaceScan = cub::BlockScan<uint64_t, kSelectThreads>;
 constexpr int kPlaceCountShift = 48;
 constexpr uint64_t kPlaceTokens = (uint64_t{1} << kPlaceCountShift) - 1;
@@ -328,7 +328,8 @@ __global__ void __launch_bounds__(kSelectThreads)
     int32_t* out = probes + r * n_probe;
     int64_t* start = starts + r * n_probe;
     int64_t* place = places + r * (n_probe + 1);
-    uint64_t done = 0;  // the rounds before: clusters above kPlaceCountShift, tokens below
+    // The rounds before (kept apart: a row's chosen clusters may pass 2^16 over its rounds).
+    int64_t chosen_all = 0, total = 0;
     for (int w0 = 0; w0 < words; w0 += kSelectThreads) {
       const int w = w0 + static_cast<int>(threadIdx.x);
       const uint32_t bits = w < words ? chosen_bits(w) : 0u;
@@ -342,9 +343,8 @@ __global__ void __launch_bounds__(kSelectThreads)
           .ExclusiveSum((static_cast<uint64_t>(__popc(bits)) << kPlaceCountShift) |
                             static_cast<uint64_t>(tokens),
                         before, round);
-      before += done;
-      auto slot = static_cast<uint32_t>(before >> kPlaceCountShift);
-      auto at = static_cast<int64_t>(before & kPlaceTokens);
+      int64_t slot = chosen_all + static_cast<int64_t>(before >> kPlaceCountShift);
+      int64_t at = total + static_cast<int64_t>(before & kPlaceTokens);
       for (uint32_t b = bits; b != 0; b &= b - 1, ++slot) {
         const int i = 32 * w + __ffs(static_cast<int>(b)) - 1;
         const int64_t first = off[i];
@@ -353,11 +353,10 @@ __global__ void __launch_bounds__(kSelectThreads)
         place[slot] = at;
         at += off[i + 1] - first;
       }
-      done += round;
+      chosen_all += static_cast<int64_t>(round >> kPlaceCountShift);
+      total += static_cast<int64_t>(round & kPlaceTokens);
       __syncthreads();  // place_scan is used again
     }
-    const auto chosen_all = static_cast<int64_t>(done >> kPlaceCountShift);
-    const auto total = static_cast<int64_t>(done & kPlaceTokens);
     for (int64_t i = chosen_all + threadIdx.x; i <= n_probe; i += kSelectThreads) {
       if (i < n_probe) {
         out[i] = -1;
