@@ -300,8 +300,7 @@ __global__ void __launch_bounds__(kSelectThreads)
       select_bound(
           n_clusters, n_probe, [&](auto f) { for_each_item(items, f); }, s);
     }
-    // item >= s.prefix, compared as the score's rank key and the id's complement
-    const auto top = static_cast<uint32_t>(s.prefix >> 32), low = static_cast<uint32_t>(s.prefix);
+    const uint64_t bound = s.prefix;  // the k best are the items >= bound
     // The chosen clusters of word w (clusters 32 w to 32 w + 31) as bits; empty clusters (-inf)
     // are left out (the bins may mark them as ties where fewer than n_probe are finite).
     const auto chosen_bits = [&](int w) {
@@ -316,9 +315,8 @@ __global__ void __launch_bounds__(kSelectThreads)
         return bits;
       }
       for (int i = first; i < end; ++i) {
-        const uint32_t key = rank_key(items.score(i));
-        const uint32_t id_key = 0xffffffffu - static_cast<uint32_t>(i);
-        const bool in = key != kNegInfKey && (key > top || (key == top && id_key >= low));
+        const uint64_t item = items.item(static_cast<uint32_t>(i));
+        const bool in = static_cast<uint32_t>(item >> 32) != kNegInfKey && item >= bound;
         bits |= in ? 1u << (i - first) : 0u;
       }
       return bits;
