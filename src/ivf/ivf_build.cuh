@@ -377,19 +377,13 @@ Status write_index(const IvfLayout& layout, unsigned char* ix, const Placement& 
   return launched(stream);
 }
 
-/// Each problem's rows grouped by label, ascending within one (k-means' stable sort, a block per
-/// problem): counts and starts per cluster, perm the rows in cluster order.
+/// Each problem's rows grouped by label, ascending within one (k-means' counting sort, a block
+/// per problem): counts and starts per cluster, perm the rows in cluster order.
 template <typename T>
 Status group_by_cluster(const KmeansPoints& rows, const int32_t* labels, int64_t k, int32_t* counts,
                         int32_t* starts, int32_t* perm, cudaStream_t stream) {
-  const auto sort = kmeans::sort_kernel<T>;
-  const size_t smem = static_cast<size_t>(k) * sizeof(int32_t);
-  if (Status s = allow_dynamic_smem(kOp, reinterpret_cast<const void*>(sort), smem); !s.ok()) {
-    return s;
-  }
-  sort<<<static_cast<unsigned>(rows.batch), kmeans::kSortThreads, smem, stream>>>(
-      rows_of<T>(rows), labels, k, kmeans::sort_bits(k), counts, starts, perm);
-  return launched(stream);
+  return kmeans::launch_group(kOp, rows_of<T>(rows), rows.batch, labels, k, counts, starts, perm,
+                              stream);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 //               assign (the tensor-core products fused with the arg-min: labels, scores and, for
 //               kFarthest, each point's weight; the scores never in memory as a matrix); sort (each
 //               problem's points grouped by label, in row order within a cluster: a block per
-//               problem, a stable block radix sort per chunk); sum (a warp per cluster adds its
+//               problem, a counting sort by warp segments); sum (a warp per cluster adds its
 //               points in row order: no atomics, the same bits every run); re-seed (kFarthest);
 //   finish:     operand and assign once more, each point's distance to its centroid in float32
 //               (a warp per point), then labels, sizes and the objective (summed in row order).

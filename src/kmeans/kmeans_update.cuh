@@ -2,9 +2,7 @@
 
 // Batched k-means: the update (see kmeans_kernels.cuh): each problem's points grouped by label,
 // each cluster's sum in row order, and empty clusters re-seeded.
-#include <cub/block/block_discontinuity.cuh>
-#include <cub/block/block_radix_sort.cuh>
-#include <cub/block/block_scan.cuh>
+#include <algorithm>
 
 #include "kmeans/kmeans_device.cuh"
 
@@ -13,104 +11,180 @@ namespace {
 
 // ---- the update --------------------------------------------------------------------------------
 
-struct NotEqual {
-  __device__ __forceinline__ bool operator()(uint32_t a, uint32_t b) const { return a != b; }
-};
-struct Larger {
-  __device__ __forceinline__ int operator()(int a, int b) const { return a > b ? a : b; }
-};
+/// Most warps of group_kernel's blocks.
+constexpr int kGroupMaxWarps = 32;
 
-/// Threads and keys per thread of sort_kernel's chunks.
-constexpr int kSortThreads = 1024;
-constexpr int kSortItems = 4;
+/// Exclusive prefix sum of v over the block (any whole number of warps), and the block's total;
+/// `totals` is shared memory of kGroupMaxWarps ints. Every thread of the block calls it.
+__device__ __forceinline__ int32_t block_exclusive_sum(int32_t v, int32_t* totals, int32_t* total) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  int32_t x = v;
+#pragma unroll
+  for (int o = 1; o < kWarp; o *= 2) {
+    const int32_t y = __shfl_up_sync(kFull, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == kWarp - 1) totals[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int32_t t = lane < warps ? totals[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < kWarp; o *= 2) {
+      const int32_t y = __shfl_up_sync(kFull, t, o);
+      if (lane >= o) t += y;
+    }
+    totals[lane] = t;
+  }
+  __syncthreads();
+  const int32_t before = x - v + (warp > 0 ? totals[warp - 1] : 0);
+  *total = totals[warps - 1];
+  __syncthreads();  // totals may be rewritten by the next call
+  return before;
+}
 
-inline int sort_bits(int64_t k) {  // bits of the keys 0..k (k marks rows past the end)
-  int bits = 1;
-  while ((int64_t{1} << bits) <= k)
-    ++bits;
-  return bits;
+/// For each of kN labels of the warp's lanes (-1: none), the lanes holding the same label (below
+/// 2^bits), from one ballot a bit (faster here than match.any: docs/kmeans.md).
+template <int kN>
+__device__ __forceinline__ void same_labels(const int (&label)[kN], int bits,
+                                            unsigned (&peers)[kN]) {
+#pragma unroll
+  for (int u = 0; u < kN; ++u)
+    peers[u] = __ballot_sync(kFull, label[u] >= 0);
+  for (int bit = 0; bit < bits; ++bit) {
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      const bool one = (label[u] >> bit) & 1;
+      const unsigned ones = __ballot_sync(kFull, one);
+      peers[u] &= one ? ones : ~ones;
+    }
+  }
 }
 
 /// Each problem's points grouped by label, in row order within a label (a block per problem):
-/// counts and starts per cluster, and perm[start_c ...] the cluster's rows. A stable block radix
-/// sort orders each chunk of kSortThreads * kSortItems rows by label; a cursor per cluster places
-/// the chunk after the chunks before it.
+/// counts and starts per cluster, and perm[start_c ...] the cluster's rows. A counting sort: warp
+/// w takes the w-th contiguous segment of the rows and counts its labels in row w of a
+/// [warps][k] table (shared-memory atomics: integers, so any order gives the same counts); a
+/// pass over the table turns each count into the warp's first place in its cluster; the warp
+/// walks its segment again and places each row there, after the lanes below it of the same label
+/// (one leader a label and step). With `staged`, the problem's perm is built in shared memory and
+/// written out in order, rather than scattered 4 bytes at a time. Stable, the same every run.
+// Two blocks of 32 warps an SM: 32 registers a thread.
 template <typename T>
-__global__ void __launch_bounds__(kSortThreads)
-    sort_kernel(Rows<T> rows, const int32_t* labels, int64_t k, int bits, int32_t* counts,
-                int32_t* starts, int32_t* perm) {
-  using Sort = cub::BlockRadixSort<uint32_t, kSortThreads, kSortItems, int32_t>;
-  using Scan = cub::BlockScan<int32_t, kSortThreads>;
-  using Heads = cub::BlockDiscontinuity<uint32_t, kSortThreads>;
-  __shared__ union {
-    typename Sort::TempStorage sort;
-    typename Scan::TempStorage scan;
-    typename Heads::TempStorage heads;
-  } storage;
-  extern __shared__ int32_t cursor[];  // k
+__global__ void __launch_bounds__(kGroupMaxWarps* kWarp, 2)
+    group_kernel(Rows<T> rows, const int32_t* labels, int k, bool staged, int32_t* counts,
+                 int32_t* starts, int32_t* perm) {
+  __shared__ int32_t totals[kGroupMaxWarps];
+  extern __shared__ int32_t table[];  // [warps][k], then with `staged` the perm [rows.n]
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
   const int64_t b = blockIdx.x;
   const T* first;
   int64_t len;
   rows.problem(b, &first, &len);
   const int32_t* lab = labels + b * rows.n;
-  for (int64_t c = threadIdx.x; c < k; c += kSortThreads)
-    cursor[c] = 0;
+  for (int idx = threadIdx.x; idx < warps * k; idx += blockDim.x)
+    table[idx] = 0;
+  // The warp's rows [begin, end): whole steps of 32 but the last.
+  const int64_t seg = ((len + warps - 1) / warps + kWarp - 1) / kWarp * kWarp;
+  const int64_t begin = min(len, warp * seg), end = min(len, begin + seg);
+  int32_t* mine = table + warp * k;
+  const unsigned below = (1u << lane) - 1u;
+  const int bits = k > 1 ? 32 - __clz(k - 1) : 0;  // of the labels 0 .. k - 1
   __syncthreads();
-  for (int64_t i = threadIdx.x; i < len; i += kSortThreads)
-    atomicAdd(cursor + lab[i], 1);
+  // Steps whose labels a lane loads before using any (placing holds two registers a step; more
+  // would cost the second block of an SM).
+  constexpr int kCountAhead = 8, kAhead = 4;
+  for (int64_t i0 = begin; i0 < end; i0 += kCountAhead * kWarp) {
+    int label[kCountAhead];
+#pragma unroll
+    for (int u = 0; u < kCountAhead; ++u) {
+      const int64_t i = i0 + u * kWarp + lane;
+      label[u] = i < end ? __ldg(lab + i) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < kCountAhead; ++u) {
+      if (label[u] >= 0) atomicAdd(mine + label[u], 1);
+    }
+  }
   __syncthreads();
-  // Starts: an exclusive scan of the counts, kSortThreads clusters at a time.
+  // Per cluster: the warps' first places (the counts of the warps before, and the start).
   int32_t carry = 0;
-  for (int64_t c0 = 0; c0 < k; c0 += kSortThreads) {
-    const int64_t c = c0 + threadIdx.x;
-    const int32_t count = c < k ? cursor[c] : 0;
-    int32_t start = 0, total = 0;
-    Scan(storage.scan).ExclusiveSum(count, start, total);
-    __syncthreads();
+  for (int c0 = 0; c0 < k; c0 += blockDim.x) {
+    const int c = c0 + threadIdx.x;
+    int32_t count = 0;
+    if (c < k) {
+      for (int v = 0; v < warps; ++v) {
+        const int32_t here = table[v * k + c];
+        table[v * k + c] = count;
+        count += here;
+      }
+    }
+    int32_t chunk = 0;
+    const int32_t start = carry + block_exclusive_sum(count, totals, &chunk);
     if (c < k) {
       counts[b * k + c] = count;
-      starts[b * k + c] = carry + start;
-      cursor[c] = carry + start;
+      starts[b * k + c] = start;
+      for (int v = 0; v < warps; ++v)
+        table[v * k + c] += start;
     }
-    carry += total;
+    carry += chunk;
   }
   __syncthreads();
-  int32_t* out = perm + b * rows.n;
-  constexpr int kChunk = kSortThreads * kSortItems;
-  for (int64_t base = 0; base < len; base += kChunk) {
-    uint32_t key[kSortItems];
-    int32_t row[kSortItems];
+  int32_t* out = staged ? table + warps * k : perm + b * rows.n;
+  for (int64_t i0 = begin; i0 < end; i0 += kAhead * kWarp) {
+    int label[kAhead];
 #pragma unroll
-    for (int u = 0; u < kSortItems; ++u) {
-      const int64_t i = base + threadIdx.x * kSortItems + u;
-      key[u] = i < len ? static_cast<uint32_t>(lab[i]) : static_cast<uint32_t>(k);
-      row[u] = static_cast<int32_t>(i);
+    for (int u = 0; u < kAhead; ++u) {
+      const int64_t i = i0 + u * kWarp + lane;
+      label[u] = i < end ? __ldg(lab + i) : -1;
     }
-    Sort(storage.sort).Sort(key, row, 0, bits);
-    __syncthreads();
-    // Each key's rank in its run of equal keys: its position less the run's first.
-    int head[kSortItems], tail[kSortItems];
-    Heads(storage.heads).FlagHeadsAndTails(head, tail, key, NotEqual());
-    __syncthreads();
-    int first_of_run[kSortItems];
+    unsigned peers[kAhead];
+    same_labels(label, bits, peers);
 #pragma unroll
-    for (int u = 0; u < kSortItems; ++u)
-      first_of_run[u] = head[u] ? static_cast<int>(threadIdx.x) * kSortItems + u : 0;
-    Scan(storage.scan).InclusiveScan(first_of_run, first_of_run, Larger());
-#pragma unroll
-    for (int u = 0; u < kSortItems; ++u) {
-      const int position = static_cast<int>(threadIdx.x) * kSortItems + u;
-      if (key[u] < k) out[cursor[key[u]] + (position - first_of_run[u])] = row[u];
+    for (int u = 0; u < kAhead; ++u) {
+      int32_t place = 0;
+      if (label[u] >= 0) {
+        place = mine[label[u]];
+        out[place + __popc(peers[u] & below)] = static_cast<int32_t>(i0 + u * kWarp + lane);
+      }
+      __syncwarp();
+      if (label[u] >= 0 && (peers[u] & below) == 0) mine[label[u]] = place + __popc(peers[u]);
+      __syncwarp();
     }
-    __syncthreads();
-    // The last of each run moves its cluster's cursor past the run.
-#pragma unroll
-    for (int u = 0; u < kSortItems; ++u) {
-      const int position = static_cast<int>(threadIdx.x) * kSortItems + u;
-      if (tail[u] && key[u] < k) cursor[key[u]] += position - first_of_run[u] + 1;
-    }
-    __syncthreads();
   }
+  if (!staged) return;
+  __syncthreads();
+  int32_t* to = perm + b * rows.n;
+  for (int64_t i = threadIdx.x; i < len; i += blockDim.x)
+    to[i] = out[i];
+}
+
+/// Groups each problem's rows by label (group_kernel): counts and starts [batch, k], perm
+/// [batch, rows.n]. As many warps a block as shared memory holds a table row for, at most 32 and
+/// at most one per 32 rows; the perm staged in shared memory where it fits beside the table
+/// without costing a block its place beside another.
+template <typename T>
+Status launch_group(const char* op, const Rows<T>& rows, int64_t batch, const int32_t* labels,
+                    int64_t k, int32_t* counts, int32_t* starts, int32_t* perm,
+                    cudaStream_t stream) {
+  const void* kernel = reinterpret_cast<const void*>(group_kernel<T>);
+  size_t room = 0;
+  if (Status s = max_dynamic_smem(op, kernel, &room); !s.ok()) return s;
+  const int64_t row_bytes = k * static_cast<int64_t>(sizeof(int32_t));
+  const int64_t fit = static_cast<int64_t>(room) / row_bytes;
+  const int64_t warps =
+      std::max<int64_t>(1, std::min<int64_t>({kGroupMaxWarps, fit, (rows.n + kWarp - 1) / kWarp}));
+  size_t smem = static_cast<size_t>(warps * row_bytes);
+  const size_t staged_smem = smem + static_cast<size_t>(rows.n) * sizeof(int32_t);
+  // Staged only while two blocks still share an SM, or one had the SM alone anyway.
+  const bool staged = staged_smem <= room / 2 || (smem > room / 2 && staged_smem <= room);
+  if (staged) smem = staged_smem;
+  if (Status s = allow_dynamic_smem(op, kernel, smem); !s.ok()) return s;
+  group_kernel<T>
+      <<<static_cast<unsigned>(batch), static_cast<unsigned>(warps * kWarp), smem, stream>>>(
+          rows, labels, static_cast<int>(k), staged, counts, starts, perm);
+  return launched(stream);
 }
 
 template <typename T>
@@ -394,12 +468,11 @@ constexpr int64_t kPrefetchMost = int64_t{4} << 20;
 template <typename T>
 Status launch_update(const Call& call, bool with_operand, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
-  const auto sort = sort_kernel<T>;
-  const size_t smem = static_cast<size_t>(call.k) * sizeof(int32_t);
-  if (Status s = allow_smem(sort, smem); !s.ok()) return s;
-  sort<<<static_cast<unsigned>(p.batch), kSortThreads, smem, stream>>>(
-      rows_of<T>(p), call.labels, call.k, sort_bits(call.k), call.counts, call.starts, call.perm);
-  if (Status s = launched(stream); !s.ok()) return s;
+  if (Status s = launch_group(kOp, rows_of<T>(p), p.batch, call.labels, call.k, call.counts,
+                              call.starts, call.perm, stream);
+      !s.ok()) {
+    return s;
+  }
   SumArgs<T> args{rows_of<T>(p),
                   call.counts,
                   call.starts,

@@ -516,6 +516,10 @@ std::vector<Case> Cases() {
     extend.metric = KmeansMetric::kCosine;
     extend.means = GivenMeans(extend.batch, extend.d);
     cases.push_back(extend);
+    // Clusters enough that the grouping's table holds 13 rows (warps) and not 32.
+    Case many = Shaped(dtype, 2, 4100, 8, 4097);
+    many.lengths = {4100, 3001};
+    cases.push_back(many);
     Case strided = Shaped(dtype, 4, 257, 96, 9);
     strided.iters = 4;
     strided.means = GivenMeans(strided.batch, strided.d);
