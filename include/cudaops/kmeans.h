@@ -34,7 +34,8 @@ namespace cudaops {
 //        points farthest from their centroids, farthest first (ties to the lower row), each
 //        point once;
 //     3. a last assignment against the returned centroids gives the labels, the cluster sizes and
-//        the objective (the sum of the points' distances).
+//        the objective (the sum of the points' distances); not run when none of the three is
+//        asked for (centroids alone).
 //   The centroids are in the working space: with `center`, relative to the mean (written to
 //   `means` when given); with KmeansParams::means, relative to those means.
 // - Bitwise repeatable: every sum is taken in a fixed order, with no atomics on the results.

@@ -420,7 +420,8 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
   // Every segment of every head in one k-means call.
   KmeansResult fit;
   fit.centroids = centroids;  // [H * n_segments, per_segment, D] = [H, C, D]
-  fit.labels = labels;        // one per row of [H * S, D]
+  // One label per row of [H * S, D]; with the global pass, that pass's labels alone.
+  fit.labels = call.global_pass ? nullptr : labels;
   if (Status st = cudaops::kmeans(segment_points(s, keys, call.seq, call.n_segments, seg_offsets),
                                   segment_params(call.per_segment, call.n_iters, seg_means), fit,
                                   ws + w.kmeans, w.kmeans_bytes, stream);

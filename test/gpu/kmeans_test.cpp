@@ -69,7 +69,8 @@ struct Case {
   int64_t ld_pad = 0;            // ld = d rounded to 16 bytes + ld_pad elements
   std::vector<int64_t> lengths;  // with offsets: each problem's rows (n is their bound)
   DType centroid_dtype = DType::kFloat32;
-  std::vector<double> means;  // KmeansParams::means ([batch, d], float32 values), or empty
+  std::vector<double> means;    // KmeansParams::means ([batch, d], float32 values), or empty
+  bool centroids_only = false;  // labels, sizes and objective not asked for
 };
 
 /// A case of batch problems of n points of d dimensions of dtype into k clusters (the other
@@ -214,9 +215,11 @@ std::vector<T> Download(const void* d_ptr, int64_t count, cudaStream_t stream) {
   KmeansResult result;
   result.centroids = centroids.data();
   result.centroid_dtype = c.centroid_dtype;
-  result.labels = labels.as<int32_t>();
-  result.sizes = sizes.as<int32_t>();
-  result.objective = objective.as<float>();
+  if (!c.centroids_only) {
+    result.labels = labels.as<int32_t>();
+    result.sizes = sizes.as<int32_t>();
+    result.objective = objective.as<float>();
+  }
   result.means = c.means.empty() ? means.as<float>() : nullptr;  // not written with given means
   size_t bytes = 0;
   if (Status s = kmeans_workspace_size(p, params, &bytes); !s.ok()) {
@@ -560,6 +563,31 @@ TEST(Kmeans, RepeatableOnAnyStreamAndInAGraph) {
                             a.objective.size() * sizeof(float)),
                 0);
     }
+  }
+}
+
+// Centroids alone (no labels, sizes or objective asked for, as the IVF build's global pass
+// does): the same centroids, and nothing else written.
+TEST(Kmeans, CentroidsAlone) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 7.5";
+  // The first shape's iterations run launch by launch, the second's in one launch.
+  for (const auto& [dtype, n, k] :
+       {std::tuple{DType::kFloat16, 3000, 100}, std::tuple{DType::kBFloat16, 1500, 48},
+        std::tuple{DType::kFloat32, 3000, 70}}) {
+    Case c = Shaped(dtype, 3, n, 64, k);
+    c.metric = KmeansMetric::kCosine;
+    const ref::KmeansLayout layout = LayoutOf(c);
+    const HostArray x = MixturePoints(dtype, layout, RowsOf(layout), 20, 9);
+    Fit all, alone;
+    ASSERT_TRUE(RunFit(c, layout, x, {}, nullptr, &all));
+    c.centroids_only = true;
+    ASSERT_TRUE(RunFit(c, layout, x, {}, nullptr, &alone));
+    EXPECT_EQ(std::memcmp(all.centroids.data(), alone.centroids.data(),
+                          all.centroids.size() * sizeof(double)),
+              0)
+        << dtype_name(dtype);
+    EXPECT_EQ(alone.labels, std::vector<int32_t>(alone.labels.size(), -1));
+    EXPECT_EQ(alone.sizes, std::vector<int32_t>(alone.sizes.size(), -1));
   }
 }
 
