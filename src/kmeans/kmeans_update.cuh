@@ -95,13 +95,18 @@ __global__ void __launch_bounds__(kGroupMaxWarps* kWarp, 2)
   // Steps whose labels a lane loads before using any (placing holds two registers a step; more
   // would cost the second block of an SM).
   constexpr int kCountAhead = 8, kAhead = 4;
-  for (int64_t i0 = begin; i0 < end; i0 += kCountAhead * kWarp) {
-    int label[kCountAhead];
+  // The labels of n steps from row i0 (-1 past the segment's end).
+  auto load_labels = [&](int64_t i0, auto& label) {
+    constexpr int n = sizeof(label) / sizeof(label[0]);
 #pragma unroll
-    for (int u = 0; u < kCountAhead; ++u) {
+    for (int u = 0; u < n; ++u) {
       const int64_t i = i0 + u * kWarp + lane;
       label[u] = i < end ? __ldg(lab + i) : -1;
     }
+  };
+  for (int64_t i0 = begin; i0 < end; i0 += kCountAhead * kWarp) {
+    int label[kCountAhead];
+    load_labels(i0, label);
 #pragma unroll
     for (int u = 0; u < kCountAhead; ++u) {
       if (label[u] >= 0) atomicAdd(mine + label[u], 1);
@@ -134,11 +139,7 @@ __global__ void __launch_bounds__(kGroupMaxWarps* kWarp, 2)
   int32_t* out = staged ? table + warps * k : perm + b * rows.n;
   for (int64_t i0 = begin; i0 < end; i0 += kAhead * kWarp) {
     int label[kAhead];
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u) {
-      const int64_t i = i0 + u * kWarp + lane;
-      label[u] = i < end ? __ldg(lab + i) : -1;
-    }
+    load_labels(i0, label);
     unsigned peers[kAhead];
     same_labels(label, bits, peers);
 #pragma unroll
