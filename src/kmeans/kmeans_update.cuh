@@ -69,9 +69,10 @@ __device__ __forceinline__ void same_labels(const int (&label)[kN], int bits,
 /// walks its segment again and places each row there, after the lanes below it of the same label
 /// (one leader a label and step). With `staged`, the problem's perm is built in shared memory and
 /// written out in order, rather than scattered 4 bytes at a time. Stable, the same every run.
-// Two blocks of 32 warps an SM: 32 registers a thread.
+// 32 registers a thread: two blocks of 32 warps an SM where it holds 64 warps (a minimum of two
+// blocks in __launch_bounds__ is out of range where it holds fewer).
 template <typename T>
-__global__ void __launch_bounds__(kGroupMaxWarps* kWarp, 2)
+__global__ void __maxnreg__(32)
     group_kernel(Rows<T> rows, const int32_t* labels, int k, bool staged, int32_t* counts,
                  int32_t* starts, int32_t* perm) {
   __shared__ int32_t totals[kGroupMaxWarps];
@@ -92,23 +93,21 @@ __global__ void __launch_bounds__(kGroupMaxWarps* kWarp, 2)
   const unsigned below = (1u << lane) - 1u;
   const int bits = k > 1 ? 32 - __clz(k - 1) : 0;  // of the labels 0 .. k - 1
   __syncthreads();
-  // Steps whose labels a lane loads before using any (placing holds two registers a step; more
-  // would cost the second block of an SM).
-  constexpr int kCountAhead = 8, kAhead = 4;
-  // The labels of n steps from row i0 (-1 past the segment's end).
-  auto load_labels = [&](int64_t i0, auto& label) {
-    constexpr int n = sizeof(label) / sizeof(label[0]);
+  // Steps whose labels a lane loads before using any (more spill at 32 registers).
+  constexpr int kAhead = 4;
+  // The labels of kAhead steps from row i0 (-1 past the segment's end).
+  auto load_labels = [&](int64_t i0, int(&label)[kAhead]) {
 #pragma unroll
-    for (int u = 0; u < n; ++u) {
+    for (int u = 0; u < kAhead; ++u) {
       const int64_t i = i0 + u * kWarp + lane;
       label[u] = i < end ? __ldg(lab + i) : -1;
     }
   };
-  for (int64_t i0 = begin; i0 < end; i0 += kCountAhead * kWarp) {
-    int label[kCountAhead];
+  for (int64_t i0 = begin; i0 < end; i0 += kAhead * kWarp) {
+    int label[kAhead];
     load_labels(i0, label);
 #pragma unroll
-    for (int u = 0; u < kCountAhead; ++u) {
+    for (int u = 0; u < kAhead; ++u) {
       if (label[u] >= 0) atomicAdd(mine + label[u], 1);
     }
   }
