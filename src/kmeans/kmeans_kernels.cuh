@@ -244,22 +244,27 @@ struct FinishArgs {
   int32_t* out_labels;     // by row of the points (offsets) or [batch, n]; may be null
   float* out_distances;    // likewise; may be null
   int32_t* sizes;          // [batch, k], zeroed; may be null
-  float* objective;        // [batch]; may be null
+  float* objective;        // [batch]; may be null (then `parts` may exceed 1)
   int64_t k;
+  int64_t parts;  // blocks a problem: each takes `per_part` of its rows
+  int64_t per_part;
 };
 
-/// Labels and distances by row, sizes, and each problem's objective (a block per problem, its
-/// points' distances summed in a fixed order).
+/// Labels and distances by row, sizes, and each problem's objective (its points' distances summed
+/// in a fixed order by the problem's one block). Without an objective a problem's rows are split
+/// over `parts` blocks (sizes by integer atomics: any order gives the same counts).
 template <typename T>
 __global__ void __launch_bounds__(256) finish_kernel(FinishArgs<T> args) {
   __shared__ float partial[256];
-  const int64_t b = blockIdx.x;
+  const int64_t b = blockIdx.x / args.parts;
   const T* first;
   int64_t len;
   args.rows.problem(b, &first, &len);
   const int64_t base = args.rows.offsets != nullptr ? args.rows.offsets[b] : b * args.rows.n;
+  const int64_t begin = (blockIdx.x % args.parts) * args.per_part;
+  const int64_t end = min(len, begin + args.per_part);
   float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const int64_t p = b * args.rows.n + i;
     const int label = args.labels[p];
     const float dist = args.distances != nullptr ? args.distances[p] : 0.0f;
@@ -309,10 +314,15 @@ Status launch_results(const Call& call, int32_t* out_labels, float* out_distance
       return cuda_status(error, kOp, "clearing the sizes");
   }
   const bool distances = out_distances != nullptr || objective != nullptr;
+  // A block per 4096 rows where no objective is summed (the global pass of the IVF build: 32
+  // problems of 131072 rows would be 32 blocks).
+  const int64_t per_part = objective != nullptr ? std::max<int64_t>(p.n, 1) : 4096;
+  const int64_t parts = (std::max<int64_t>(p.n, 1) + per_part - 1) / per_part;
   FinishArgs<T> args{rows_of<T>(p), call.labels,   distances ? call.scores : nullptr,
                      out_labels,    out_distances, sizes,
-                     objective,     call.k};
-  finish_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(args);
+                     objective,     call.k,        parts,
+                     per_part};
+  finish_kernel<T><<<blocks_for(p.batch * parts, 1), 256, 0, stream>>>(args);
   return launched(stream);
 }
 
