@@ -5,14 +5,16 @@
 // One call runs, on the caller's stream:
 //   prepare:    the problems' means (center);
 //   initialise: the float32 centroids (strided rows, Floyd's sample, or the ones given);
-//   n_iters x:  operand (each centroid rounded to the points' dtype, zero-padded, and its bias);
-//               assign (the tensor-core products fused with the arg-min: labels, scores and, for
-//               kFarthest, each point's weight; the scores never in memory as a matrix); sort (each
-//               problem's points grouped by label, in row order within a cluster: a block per
+//   operand:    each centroid rounded to the points' dtype, zero-padded, and its bias (once: the
+//               sums write the next ones; again after each re-seeding);
+//   n_iters x:  assign (the tensor-core products fused with the arg-min: labels, scores and, for
+//               kFarthest, each point's weight; the scores never in memory as a matrix); group
+//               (each problem's points by label, in row order within a cluster: a block per
 //               problem, a counting sort by warp segments); sum (a warp per cluster adds its
 //               points in row order: no atomics, the same bits every run); re-seed (kFarthest);
-//   finish:     operand and assign once more, each point's distance to its centroid in float32
-//               (a warp per point), then labels, sizes and the objective (summed in row order).
+//   finish:     unless only centroids are asked for: assign once more, each point's distance to
+//               its centroid in float32 (a warp per point; only for distances or the objective),
+//               then labels, sizes and the objective (summed in row order).
 //
 // The assignment: a block takes 32 points per warp and walks the centroids 64 at a time,
 // double-buffered in shared memory (cp.async); each warp multiplies its 32 x 64 tile with

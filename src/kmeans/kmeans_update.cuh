@@ -463,8 +463,8 @@ __global__ void __launch_bounds__(256)
 /// blocks work on then fit L2 (about 8 at once on an H100's 50 MB).
 constexpr int64_t kPrefetchMost = int64_t{4} << 20;
 
-/// The update: the sort, then the sums; with_operand: the sums also write the centroids' operand
-/// rows and biases (launch_operand's), for the next assignment.
+/// The update: the grouping, then the sums; with_operand: the sums also write the centroids'
+/// operand rows and biases (launch_operand's), for the next assignment.
 template <typename T>
 Status launch_update(const Call& call, bool with_operand, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
