@@ -397,15 +397,15 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
   again.point_w = nullptr;
   // Small problems run every iteration, and the last assignment, in one launch
   // (kmeans_small.cuh).
-  int small_blocks = 0;
-  size_t small_smem = 0;
+  SmallPlan small;
   if (params.empty == KmeansEmpty::kKeep && params.n_iters > 0) {
-    if (Status s = plan_small_fit<T>(call, &small_blocks, &small_smem); !s.ok()) return s;
+    if (Status s = plan_small_fit<T>(call, &small); !s.ok()) return s;
   }
+  const int small_blocks = small.blocks;
   if (small_blocks > 0) {
     // The points' distances only where the objective is asked for.
-    if (Status s = launch_small_fit<T>(call, params.n_iters, small_blocks, small_smem,
-                                       result.objective != nullptr, stream);
+    if (Status s = launch_small_fit<T>(call, params.n_iters, small, result.objective != nullptr,
+                                       stream);
         !s.ok())
       return s;
   }

@@ -116,14 +116,14 @@ __host__ __device__ constexpr int smem_row_bytes(int d_pad, int element) {
   return d_pad * element + 16;
 }
 
-/// acc = the products of a warp's 32 rows (a_base: the lane's ldmatrix address in them) with 64
-/// centroids (b_base: likewise), over `steps` 32-byte steps of the rows.
-template <typename T>
-__device__ __forceinline__ void warp_products(float (&acc)[2][8][4], const unsigned char* a_base,
+/// acc = the products of a warp's 16 kM rows (a_base: the lane's ldmatrix address in them) with
+/// 64 centroids (b_base: likewise), over `steps` 32-byte steps of the rows.
+template <typename T, int kM>
+__device__ __forceinline__ void warp_products(float (&acc)[kM][8][4], const unsigned char* a_base,
                                               const unsigned char* b_base, int row_bytes,
                                               int steps) {
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < kM; ++m) {
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -132,9 +132,9 @@ __device__ __forceinline__ void warp_products(float (&acc)[2][8][4], const unsig
     }
   }
   for (int s = 0; s < steps; ++s) {
-    uint32_t a[2][4];
+    uint32_t a[kM][4];
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < kM; ++m) {
       ldmatrix_x4(a[m], a_base + m * 16 * row_bytes + s * 32);
       if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
@@ -147,7 +147,7 @@ __device__ __forceinline__ void warp_products(float (&acc)[2][8][4], const unsig
       uint32_t bf[4];
       ldmatrix_x4(bf, b_base + np * 16 * row_bytes + s * 32);
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < kM; ++m) {
         mma<T>(acc[m][2 * np], a[m], bf[0], bf[1]);
         mma<T>(acc[m][2 * np + 1], a[m], bf[2], bf[3]);
       }
@@ -157,9 +157,10 @@ __device__ __forceinline__ void warp_products(float (&acc)[2][8][4], const unsig
 
 /// The running minima of a warp's rows before any centroid: none (score infinite, index
 /// INT32_MAX).
-__device__ __forceinline__ void no_minimum(float (&best)[2][2], int (&best_j)[2][2]) {
+template <int kM>
+__device__ __forceinline__ void no_minimum(float (&best)[kM][2], int (&best_j)[kM][2]) {
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < kM; ++m) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       best[m][h] = INFINITY;
@@ -172,10 +173,10 @@ __device__ __forceinline__ void no_minimum(float (&best)[2][2], int (&best_j)[2]
 /// centroid j0 + c, infinite past the last): first the chunk's smallest score of the row, then,
 /// only where it beats the running one, the first column that has it (columns in increasing
 /// order, so a tie keeps the lower index). Lane t % 4 holds columns 2 t, 2 t + 1 of each 8.
-template <typename Bias>
-__device__ __forceinline__ void chunk_minimum(const float (&acc)[2][8][4], Bias bias_of,
-                                              float alpha, int t, int j0, float (&best)[2][2],
-                                              int (&best_j)[2][2]) {
+template <int kM, typename Bias>
+__device__ __forceinline__ void chunk_minimum(const float (&acc)[kM][8][4], Bias bias_of,
+                                              float alpha, int t, int j0, float (&best)[kM][2],
+                                              int (&best_j)[kM][2]) {
   float bj[8][2];
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
@@ -185,7 +186,7 @@ __device__ __forceinline__ void chunk_minimum(const float (&acc)[2][8][4], Bias 
     }
   }
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < kM; ++m) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float low = INFINITY;

@@ -1,13 +1,13 @@
 #pragma once
 
-// Batched k-means of small problems (at most kSmallMaxBlocks * kSmallRows points, kSmallMaxK
+// Batched k-means of small problems (at most kSmallMaxBlocks * kSmallMaxRows points, kSmallMaxK
 // clusters): every iteration in one launch. A problem is a thread-block cluster of up to
-// kSmallMaxBlocks blocks, each holding kSmallRows of its points in shared memory for the whole
-// fit, as given, and every centroid's operand and bias. With means, the points are not centred:
+// kSmallMaxBlocks blocks, each holding up to kSmallMaxRows of its points in shared memory for the
+// whole fit, as given, and every centroid's operand and bias. With means, the points are not centred:
 // y . c = x . c - mean . c, and the second term goes into the centroid's bias. x is exact in T
 // and its products with the rounded centroid exact in float32, so only the float32 sums round:
 // as precise as rounding y to T while |mean| is within some tens of |y|. An iteration:
-//   1. each warp assigns its 32 points against all centroids (mma.sync);
+//   1. each warp assigns its 16 kM points against all centroids (mma.sync);
 //   2. each block groups its points by label, in row order (match.any within 32 rows, counts per
 //      32 rows and cluster, a scan), and adds each cluster's points in that order (a warp per
 //      cluster, from shared memory);
@@ -19,8 +19,11 @@
 // the points are read from memory once.
 #include <cub/block/block_scan.cuh>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "core/cluster.cuh"
 #include "core/launch_config.h"
@@ -31,16 +34,18 @@ namespace {
 
 constexpr int kSmallWarps = 16;
 constexpr int kSmallThreads = kSmallWarps * kWarp;
-constexpr int kSmallTiles = kSmallWarps;      // 32-row tiles per block, one per warp
-constexpr int kSmallRows = kSmallTiles * 32;  // points per block
-constexpr int kSmallMaxBlocks = 4;            // blocks per problem
-constexpr int kSmallMaxK = kSmallThreads;     // the grouping scans one cluster per thread
+constexpr int kSmallMaxBlocks = 4;         // blocks per problem
+constexpr int kSmallMaxK = kSmallThreads;  // the grouping scans one cluster per thread
+
+constexpr int kSmallMaxRows = kSmallWarps * 32;  // points per block: a warp's products take
+                                                  // 32 rows (kM = 2) or 16 (kM = 1)
 
 /// Where each array of small_fit_kernel lies in its dynamic shared memory (bytes, 16-aligned).
 struct SmallLayout {
   int row_bytes = 0;  // a row of the points and of the operand (smem_row_bytes)
   int k_pad = 0;      // centroids rounded up to whole chunks
   int owned = 0;      // clusters per block
+  int rows = 0;       // points per block
   int x = 0, operand = 0, sums = 0, mu = 0, bias = 0, w = 0, label = 0, perm = 0, tile_count = 0,
       count = 0, start = 0, bytes = 0;
 };
@@ -49,8 +54,10 @@ __host__ __device__ inline int small_align(int bytes) {
   return (bytes + 15) / 16 * 16;
 }
 
-__host__ __device__ inline SmallLayout small_layout(int k, int d_pad, int element, int blocks) {
+__host__ __device__ inline SmallLayout small_layout(int k, int d_pad, int element, int blocks,
+                                                    int rows) {
   SmallLayout l;
+  l.rows = rows;
   l.row_bytes = smem_row_bytes(d_pad, element);
   l.k_pad = (k + kChunk - 1) / kChunk * kChunk;
   l.owned = (k + blocks - 1) / blocks;
@@ -60,15 +67,15 @@ __host__ __device__ inline SmallLayout small_layout(int k, int d_pad, int elemen
     at += small_align(bytes);
     return here;
   };
-  l.x = take(kSmallRows * l.row_bytes);
+  l.x = take(rows * l.row_bytes);
   l.operand = take(l.k_pad * l.row_bytes);
   l.sums = take(k * d_pad * 4);
   l.mu = take(d_pad * 4);
   l.bias = take(l.k_pad * 4);
-  l.w = take(kSmallRows * 4);
-  l.label = take(kSmallRows * 4);
-  l.perm = take(kSmallRows * 4);
-  l.tile_count = take(kSmallTiles * k * 4);
+  l.w = take(rows * 4);
+  l.label = take(rows * 4);
+  l.perm = take(rows * 4);
+  l.tile_count = take(rows / 32 * k * 4);
   l.count = take(k * 4);
   l.start = take(k * 4);
   l.bytes = at;
@@ -103,14 +110,18 @@ __device__ __forceinline__ void piece_to_floats(const uint4& raw, float (&f)[kPi
 }
 
 // 128 registers a thread: the products' accumulators fit, and 16 warps hide the latencies of
-// the sums and the grouping. kL lanes read a row, a 16-byte piece each (kL pieces cover d_pad).
-template <typename T, int kL>
+// the sums and the grouping. kL lanes read a row, a 16-byte piece each (kL pieces cover d_pad);
+// a warp's products take kM tiles of 16 rows.
+template <typename T, int kL, int kM>
 __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T> a) {
+  constexpr int kTile = 16 * kM;       // rows of a warp's products
   constexpr int kV = kPieceValues<T>;  // values per piece
   constexpr int kR = kWarp / kL;       // rows a warp reads at once
   constexpr int kU = 2;                // of which each lane loads this many before adding any
   extern __shared__ __align__(16) unsigned char smem[];
   const SmallLayout& l = a.l;
+  const int rows = l.rows;         // points per block, at most kSmallWarps * kTile
+  const int groups = l.rows / 32;  // 32-row groups of the grouping (warps 0 to groups - 1)
   unsigned char* x_tile = smem + l.x;
   unsigned char* operand = smem + l.operand;
   float* sums = reinterpret_cast<float*>(smem + l.sums);  // [k][d_pad]
@@ -119,7 +130,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   float* w = reinterpret_cast<float*>(smem + l.w);
   int* label = reinterpret_cast<int*>(smem + l.label);
   int* perm = reinterpret_cast<int*>(smem + l.perm);
-  int* tile_count = reinterpret_cast<int*>(smem + l.tile_count);  // [kSmallWarps][k]
+  int* tile_count = reinterpret_cast<int*>(smem + l.tile_count);  // [groups][k]
   int* count = reinterpret_cast<int*>(smem + l.count);
   int* start = reinterpret_cast<int*>(smem + l.start);
 
@@ -131,8 +142,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   const T* first;
   int64_t len;
   a.rows.problem(b, &first, &len);
-  const int64_t row0 = static_cast<int64_t>(rank) * kSmallRows;
-  const int rows_here = static_cast<int>(max(min(len - row0, int64_t{kSmallRows}), int64_t{0}));
+  const int64_t row0 = static_cast<int64_t>(rank) * rows;
+  const int rows_here = static_cast<int>(max(min(len - row0, int64_t{rows}), int64_t{0}));
   // Peers' shared memory (a block alone reads its own).
   auto peer = [&](auto* p, int r) { return a.blocks > 1 ? cluster_peer(p, r) : p; };
   auto sync_all = [&] {
@@ -145,7 +156,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
 
   // The block's points: rows past the problem's end and values past d are zero.
   const int row_valid_bytes = a.d * static_cast<int>(sizeof(T));
-  for (int idx = tid; idx < kSmallRows * pieces; idx += kSmallThreads) {
+  for (int idx = tid; idx < rows * pieces; idx += kSmallThreads) {
     const int r = idx / pieces, q = idx % pieces;
     const int bytes = r < rows_here ? max(0, min(16, row_valid_bytes - q * 16)) : 0;
     const unsigned char* src =
@@ -188,7 +199,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
       if (r < rows_here && part == 0) w[r] = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
     }
   } else {
-    for (int r = tid; r < kSmallRows; r += kSmallThreads)
+    for (int r = tid; r < rows; r += kSmallThreads)
       w[r] = 1.0f;
   }
 
@@ -260,51 +271,51 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   const int b_row = (lane % 8) + 8 * (lane / 16);
   const int b_half = ((lane / 8) % 2) * 16;
   const int steps = a.d_pad * static_cast<int>(sizeof(T)) / 32;
-  // Each warp's 32 points against every centroid: their labels.
+  // Each warp's kTile points against every centroid: their labels.
   auto assign_points = [&] {
-    if (warp * 32 < rows_here) {
+    if (warp * kTile < rows_here) {
       const unsigned char* a_base =
-          x_tile + (warp * 32 + (lane % 16)) * l.row_bytes + (lane / 16) * 16;
-      float best[2][2];
-      int best_j[2][2];
+          x_tile + (warp * kTile + (lane % 16)) * l.row_bytes + (lane / 16) * 16;
+      float best[kM][2];
+      int best_j[kM][2];
       no_minimum(best, best_j);
       for (int j0 = 0; j0 < l.k_pad; j0 += kChunk) {
-        float acc[2][8][4];
+        float acc[kM][8][4];
         warp_products<T>(acc, a_base, operand + (j0 + b_row) * l.row_bytes + b_half, l.row_bytes,
                          steps);
         chunk_minimum(
             acc, [&](int c) { return bias[j0 + c]; }, a.alpha, t, j0, best, best_j);
       }
 #pragma unroll
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < kM; ++m) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float v = best[m][h];
           int j = best_j[m][h];
           row_minimum(v, j);
           // No score at all (NaN rows) takes label 0, as the assignment does.
-          if (t == 0) label[warp * 32 + m * 16 + h * 8 + g] = j == INT32_MAX ? 0 : j;
+          if (t == 0) label[warp * kTile + m * 16 + h * 8 + g] = j == INT32_MAX ? 0 : j;
         }
       }
     }
   };
   for (int iter = 0; iter < a.n_iters; ++iter) {
     // 1. The labels.
-    for (int idx = tid; idx < kSmallWarps * a.k; idx += kSmallThreads)
+    for (int idx = tid; idx < groups * a.k; idx += kSmallThreads)
       tile_count[idx] = 0;
     assign_points();
     __syncthreads();
     // 2. The block's points grouped by label, in row order: each point's place among its
-    // cluster's points of the warps before its own and in its own.
+    // cluster's points of the 32-row groups before its own and in its own.
     const int i = warp * 32 + lane;
-    const int mine = i < rows_here ? label[i] : -1;
+    const int mine = warp < groups && i < rows_here ? label[i] : -1;
     const unsigned same = __match_any_sync(kFull, mine);
     const int before_in_tile = __popc(same & ((1u << lane) - 1u));
     if (mine >= 0 && before_in_tile == 0) tile_count[warp * a.k + mine] = __popc(same);
     __syncthreads();
     int total = 0;
     if (tid < a.k) {
-      for (int v = 0; v < kSmallWarps; ++v) {
+      for (int v = 0; v < groups; ++v) {
         const int here = tile_count[v * a.k + tid];
         tile_count[v * a.k + tid] = total;
         total += here;
@@ -435,53 +446,141 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   }
 }
 
-/// Whether small problems take small_fit_kernel: unless the environment variable
-/// CUDAOPS_KMEANS_SMALL is 0 (read once), so that the tests can run the iterations launch by
-/// launch at the same shapes.
-inline bool small_fit_enabled() {
-  static const bool enabled = [] {
+/// Whether small problems take small_fit_kernel, and how, from the environment variable
+/// CUDAOPS_KMEANS_SMALL (read once): unset, the plan's choice; 0, never (the tests then run the
+/// iterations launch by launch at the same shapes); "fewest", the fewest blocks a problem (so that
+/// the tests reach blocks of up to 512 points at shapes where the plan spreads them thinner).
+inline int small_fit_setting() {
+  static const int setting = [] {
     const char* value = std::getenv("CUDAOPS_KMEANS_SMALL");
-    return value == nullptr || std::strcmp(value, "0") != 0;
+    if (value == nullptr) return -1;
+    if (std::strcmp(value, "0") == 0) return 0;
+    return std::strcmp(value, "fewest") == 0 ? 1 : -1;
   }();
-  return enabled;
+  return setting;
 }
 
-/// Whether small_fit_kernel fits call's problems: sets *blocks (per problem) and *smem, or
-/// *blocks = 0 where it does not (too many points or clusters, too wide, too little shared
-/// memory, or several blocks a problem without clusters).
+/// How a call's problems take small_fit_kernel: `blocks` blocks per problem (0: they do not) of
+/// `rows` points each (a multiple of 32), whose warps' products take `tiles` 16-row tiles;
+/// `smem` bytes of dynamic shared memory a block.
+struct SmallPlan {
+  int blocks = 0;
+  int rows = 0;
+  int tiles = 2;
+  size_t smem = 0;
+};
+
+/// *count = the problems of `blocks` blocks of `kernel` with `smem` bytes each that the current
+/// device holds at once (asked once per device, kernel, blocks and smem).
+template <typename Kernel>
+Status resident_problems(Kernel kernel, int blocks, size_t smem, int* count) {
+  struct Known {
+    int device;
+    const void* kernel;
+    int blocks;
+    size_t smem;
+    int count;
+  };
+  static std::mutex mutex;
+  static std::vector<Known> known;
+  *count = 0;
+  int device = 0;
+  if (const cudaError_t error = cudaGetDevice(&device); error != cudaSuccess) {
+    return cuda_status(error, kOp, "querying the device");
+  }
+  const void* key = reinterpret_cast<const void*>(kernel);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    for (const Known& k : known) {
+      if (k.device == device && k.kernel == key && k.blocks == blocks && k.smem == smem) {
+        *count = k.count;
+        return Status();
+      }
+    }
+  }
+  if (Status s = allow_smem(kernel, smem); !s.ok()) return s;
+  cudaError_t error = cudaSuccess;
+  if (blocks > 1) {
+    const LaunchConfig one(static_cast<unsigned>(blocks), kSmallThreads, smem, nullptr, blocks);
+    error = cudaOccupancyMaxActiveClusters(count, kernel, &one.config());
+  } else {
+    int per_sm = 0, sms = 0;
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kSmallThreads, smem);
+    if (error == cudaSuccess) {
+      error = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    }
+    *count = per_sm * sms;
+  }
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();  // returned here, not left for a later launch to report
+    *count = 0;
+    return cuda_status(error, kOp, "sizing the small problems' fit");
+  }
+  const std::lock_guard<std::mutex> lock(mutex);
+  known.push_back({device, key, blocks, smem, *count});
+  return Status();
+}
+
+/// Whether small_fit_kernel fits call's problems, and how (*plan; plan->blocks = 0 where it does
+/// not: too many points or clusters, too wide, too little shared memory, or several blocks a
+/// problem without clusters). Of 1 to kSmallMaxBlocks blocks a problem, the plan takes the one of
+/// the fewest points a block times waves of the batch (the fewer blocks on a tie): more blocks
+/// share the products and the sums, as long as the batch fits the device at once (32 problems of
+/// 1024 points take 3 blocks of 352 on an H100, where clusters of 4 fit 30 at once).
 template <typename T>
-Status plan_small_fit(const Call& call, int* blocks, size_t* smem) {
-  *blocks = 0;
+Status plan_small_fit(const Call& call, SmallPlan* plan) {
+  *plan = SmallPlan();
   const KmeansPoints& p = call.points;
   // float32 rows round to TF32 in the products: their means are subtracted before, by the
   // other kernels.
   if (std::is_same_v<T, float> && call.center) return Status();
-  if (!small_fit_enabled() || call.k > kSmallMaxK || p.n > int64_t{kSmallMaxBlocks} * kSmallRows ||
+  const int setting = small_fit_setting();
+  if (setting == 0 || call.k > kSmallMaxK || p.n > int64_t{kSmallMaxBlocks} * kSmallMaxRows ||
       p.n < 1 || call.d_pad * static_cast<int64_t>(sizeof(T)) > 16 * kWarp) {
     return Status();
   }
-  const int want = static_cast<int>((p.n + kSmallRows - 1) / kSmallRows);
-  const SmallLayout l =
-      small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), want);
-  // The kernel's static shared memory is the same for every kL.
-  const void* kernel = reinterpret_cast<const void*>(small_fit_kernel<T, kWarp>);
-  size_t room = 0;
-  if (Status s = max_dynamic_smem(kOp, kernel, &room); !s.ok()) return s;
-  if (static_cast<size_t>(l.bytes) > room) return Status();
-  if (want > 1) {
-    bool ok = false;
-    if (Status s = clusters_allowed(kOp, kernel, &ok); !s.ok() || !ok) return s;
+  int64_t best_cost = INT64_MAX;
+  for (int blocks = 1; blocks <= kSmallMaxBlocks; ++blocks) {
+    const int64_t rows = ((p.n + blocks - 1) / blocks + 31) / 32 * 32;
+    if (rows > kSmallMaxRows) continue;
+    const int tiles = rows <= kSmallMaxRows / 2 ? 1 : 2;
+    const SmallLayout l = small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad),
+                                       sizeof(T), blocks, static_cast<int>(rows));
+    // The kernel's shared memory and registers are the same for every kL.
+    const auto kernel = tiles == 1 ? small_fit_kernel<T, kWarp, 1> : small_fit_kernel<T, kWarp, 2>;
+    size_t room = 0;
+    if (Status s = max_dynamic_smem(kOp, reinterpret_cast<const void*>(kernel), &room); !s.ok()) {
+      return s;
+    }
+    if (static_cast<size_t>(l.bytes) > room) continue;
+    if (blocks > 1) {
+      bool ok = false;
+      if (Status s = clusters_allowed(kOp, reinterpret_cast<const void*>(kernel), &ok); !s.ok()) {
+        return s;
+      }
+      if (!ok) continue;
+    }
+    int resident = 0;
+    if (Status s = resident_problems(kernel, blocks, static_cast<size_t>(l.bytes), &resident);
+        !s.ok()) {
+      return s;
+    }
+    if (resident < 1) continue;
+    const int64_t cost = (p.batch + resident - 1) / resident * rows;
+    if (cost < best_cost) {
+      best_cost = cost;
+      *plan = SmallPlan{blocks, static_cast<int>(rows), tiles, static_cast<size_t>(l.bytes)};
+      if (setting == 1) break;  // the fewest blocks
+    }
   }
-  *blocks = want;
-  *smem = static_cast<size_t>(l.bytes);
   return Status();
 }
 
-/// Launches small_fit_kernel with kL lanes a row.
-template <typename T, int kL>
+/// Launches small_fit_kernel with kL lanes a row and kM tiles a warp.
+template <typename T, int kL, int kM>
 Status launch_small_kernel(const SmallArgs<T>& args, int64_t batch, size_t smem,
                            cudaStream_t stream) {
-  const auto kernel = small_fit_kernel<T, kL>;
+  const auto kernel = small_fit_kernel<T, kL, kM>;
   if (Status s = allow_smem(kernel, smem); !s.ok()) return s;
   const LaunchConfig launch(static_cast<unsigned>(batch * args.blocks), kSmallThreads, smem, stream,
                             args.blocks > 1 ? args.blocks : 0);
@@ -496,7 +595,7 @@ Status launch_small_kernel(const SmallArgs<T>& args, int64_t batch, size_t smem,
 /// call.labels the last labels and, with `distances`, call.scores each point's distance to its
 /// centroid.
 template <typename T>
-Status launch_small_fit(const Call& call, int n_iters, int blocks, size_t smem, bool distances,
+Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bool distances,
                         cudaStream_t stream) {
   const bool cosine = call.metric == KmeansMetric::kCosine;
   const SmallArgs<T> args{
@@ -504,20 +603,24 @@ Status launch_small_fit(const Call& call, int n_iters, int blocks, size_t smem, 
       static_cast<int>(call.k),
       static_cast<int>(call.points.d),
       static_cast<int>(call.d_pad),
-      blocks,
+      plan.blocks,
       n_iters,
       cosine ? 1.0f : 2.0f,
       cosine,
       call.center ? call.means : nullptr,
       call.centroids,
-      small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), blocks),
+      small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), plan.blocks,
+                   plan.rows),
       call.points.d % 4 == 0 && reinterpret_cast<uintptr_t>(call.centroids) % 16 == 0,
       call.labels,
       distances ? call.scores : nullptr};
   // Rows of at most 32 pieces (plan_small_fit): one piece a lane.
   return with_row_lanes<T>(call.d_pad, [&](auto lanes, auto pieces) {
     if constexpr (decltype(pieces)::value == 1) {
-      return launch_small_kernel<T, decltype(lanes)::value>(args, call.points.batch, smem, stream);
+      constexpr int kL = decltype(lanes)::value;
+      return plan.tiles == 1
+                 ? launch_small_kernel<T, kL, 1>(args, call.points.batch, plan.smem, stream)
+                 : launch_small_kernel<T, kL, 2>(args, call.points.batch, plan.smem, stream);
     } else {
       return Status();  // (not reached)
     }
