@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Calls of fewer slots (heads x clusters) than this take gather_kernel and value_sums_kernel,
-// more take place_kernel.
+// Calls of fewer slots (heads x clusters) than this take few_place_kernel, more clusters_kernel
+// and place_kernel.
 constexpr int64_t kPlaceFewSlots = 8192;
 
 /// Slots per head of a call's clusters the kernels below write: the call's, and with clear_rest
@@ -267,64 +267,120 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-/// A row of `pieces` 16-byte pieces copied by a warp.
-__device__ __forceinline__ void copy_row(const void* from, void* to, int pieces, int lane) {
-  const uint4* src = static_cast<const uint4*>(from);
-  uint4* dst = static_cast<uint4*>(to);
-  for (int q = lane; q < pieces; q += 32)
-    dst[q] = __ldg(src + q);
-}
+constexpr int kFewWarps = 4;  // warps of few_place_kernel's blocks
 
-/// For calls of few clusters (gather_kernel and value_sums_kernel in place of place_kernel, whose
-/// warps would each follow a long chain of rows on a few SMs): a warp per (head, place in the
-/// call's cluster order), the token's position, key and value copied there, in 16-byte pieces.
-template <typename T>
-__global__ void __launch_bounds__(256)
-    gather_kernel(const int32_t* perm, const T* keys, const T* values, Placement at, int d,
-                  int value_dim, int32_t* ids, T* out_keys, T* out_values) {
-  const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (item >= at.heads * at.n_tokens) return;
-  const int64_t h = item / at.n_tokens, place = item % at.n_tokens;
-  const int32_t t = perm[item];
-  const int64_t to = h * at.capacity + at.token_base + place, from = h * at.n_tokens + t;
-  if (lane == 0) ids[to] = static_cast<int32_t>(at.token_base + t);
-  copy_row(keys + from * d, out_keys + to * d, d / 8, lane);  // 8 values of 16 bits per piece
-  if (value_dim > 0)
-    copy_row(values + from * value_dim, out_values + to * value_dim, value_dim / 8, lane);
-}
-
-/// A warp per (head, slot from first_slot on): the sum of its values in cluster order (float32,
-/// the same order every run); zero for slots past the call's clusters. Lane l adds 16-byte piece
-/// l % 16 (of each pass of 16 pieces) of rows l / 16, l / 16 + 2, ... in row order, sixteen rows
-/// of the warp in flight (a large cluster is a long chain of loads), and the two row parities'
-/// sums are added at the end.
-template <typename T>
-__global__ void __launch_bounds__(256)
-    value_sums_kernel(const T* values, const int32_t* counts, const int32_t* starts, Placement at,
-                      int value_dim, float* sums) {
-  const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t slots = placed_slots(at);
-  if (item >= at.heads * slots) return;
-  const int64_t h = item / slots, local = item % slots;
-  const int64_t slot = h * at.max_clusters + at.first_slot + local;
-  const bool held = local < at.n_new;
-  const int64_t first = held ? at.token_base + starts[h * at.n_new + local] : 0;
-  const int64_t count = held ? counts[h * at.n_new + local] : 0;
-  const T* rows = values + (h * at.capacity + first) * value_dim;
-  const int pieces = value_dim / 8, parity = lane / 16;
-  for (int p = lane % 16; p - lane % 16 < pieces; p += 16) {
-    float acc[8] = {};
-    if (p < pieces) add_rows<8>(rows + p * 8, value_dim, parity, count, 2, acc);
-#pragma unroll
-    for (int e = 0; e < 8; ++e)
-      acc[e] += __shfl_xor_sync(0xFFFFFFFFu, acc[e], 16);
-    if (p < pieces && parity == 0) {
-      float4* out = reinterpret_cast<float4*>(sums + slot * value_dim + p * 8);
-      out[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      out[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+/// For calls of few clusters (an extension's: place_kernel's warps would each follow a chain of
+/// rows on a few SMs), a block per (head, cluster of the call): its CSR offset, size, largest and
+/// centroids (as clusters_kernel writes them); its tokens' positions, keys and values copied to
+/// their places in the call's cluster order, warp w taking rows w, w + kFewWarps, ... with kRows
+/// rows loaded before any is stored; and the sum of its values (float32, each warp's rows in
+/// order, then the warps' sums in order: the same bits every run). The slots after the call's
+/// clusters are spread over the head's blocks: offset end, and with clear_rest zero size, centroid
+/// and value sum. A row of keys and values is kU 16-byte pieces a lane, as in place_kernel.
+template <typename T, int kU>
+__global__ void __launch_bounds__(kFewWarps * 32)
+    few_place_kernel(const float* centroids, const int32_t* counts, const int32_t* starts,
+                     const int32_t* perm, const T* keys, const T* values, Placement at, int d,
+                     int value_dim, int32_t* ids, T* out_keys, T* out_values, float* sums,
+                     float* out_centroids, T* out_lp, int64_t* offsets, int32_t* sizes,
+                     int32_t* largest) {
+  constexpr int kRows = 8 / kU;
+  __shared__ __align__(16) float warp_sums[kFewWarps][kMaxDim];
+  const int64_t h = blockIdx.x / at.n_new, local = blockIdx.x % at.n_new;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  constexpr int kThreads = kFewWarps * 32;
+  const int64_t j = at.first_slot + local, slot = h * at.max_clusters + j;
+  const int64_t first = starts[h * at.n_new + local];
+  const int count = counts[h * at.n_new + local];
+  int64_t* head_offsets = offsets + h * (at.max_clusters + 1);
+  if (tid == 0) {
+    head_offsets[j] = at.token_base + first;
+    sizes[slot] = count;
+    atomicMax(largest, count);
+  }
+  for (int e = tid; e < d; e += kThreads) {
+    const float v = centroids[(h * at.n_new + local) * d + e];
+    out_centroids[slot * d + e] = v;
+    out_lp[slot * d + e] = from_float<T>(v);
+  }
+  // The slots after the call's (and the end of the head's offsets).
+  const int64_t rest_first = at.first_slot + at.n_new, rest = at.max_clusters - rest_first;
+  const int64_t stride = at.n_new * kThreads;
+  for (int64_t e = local * kThreads + tid; e <= rest; e += stride) {
+    head_offsets[rest_first + e] = at.end;
+    if (at.clear_rest && e < rest) sizes[h * at.max_clusters + rest_first + e] = 0;
+  }
+  if (at.clear_rest) {
+    const int64_t rest_slot = h * at.max_clusters + rest_first;
+    for (int64_t e = local * kThreads + tid; e < rest * d; e += stride) {
+      out_centroids[rest_slot * d + e] = 0.0f;
+      out_lp[rest_slot * d + e] = from_float<T>(0.0f);
     }
+    for (int64_t e = local * kThreads + tid; e < rest * value_dim; e += stride)
+      sums[rest_slot * value_dim + e] = 0.0f;
+  }
+
+  const int key_pieces = d / 8, pieces = key_pieces + value_dim / 8;
+  const int32_t* order = perm + h * at.n_tokens + first;
+  const int64_t to0 = h * at.capacity + at.token_base + first;
+  float acc[kU][8] = {};
+  // The warp's rows r0 + kFewWarps * i, 32 of them at a time: their tokens first.
+  for (int r0 = warp; r0 < count; r0 += 32 * kFewWarps) {
+    const int rows = min(32, (count - r0 + kFewWarps - 1) / kFewWarps);
+    const int32_t mine = lane < rows ? order[r0 + kFewWarps * lane] : 0;
+    if (lane < rows) ids[to0 + r0 + kFewWarps * lane] = static_cast<int32_t>(at.token_base + mine);
+    for (int r1 = 0; r1 < rows; r1 += kRows) {
+      uint4 x[kRows][kU];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t from = h * at.n_tokens + __shfl_sync(0xFFFFFFFFu, mine, (r1 + r) % 32);
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int q = lane + 32 * u;
+          if (r1 + r < rows && q < pieces) {
+            x[r][u] = q < key_pieces
+                          ? __ldg(reinterpret_cast<const uint4*>(keys + from * d) + q)
+                          : __ldg(reinterpret_cast<const uint4*>(values + from * value_dim) +
+                                  (q - key_pieces));
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const int64_t to = to0 + r0 + kFewWarps * (r1 + r);
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          const int q = lane + 32 * u;
+          if (r1 + r >= rows || q >= pieces) continue;
+          if (q < key_pieces) {
+            reinterpret_cast<uint4*>(out_keys + to * d)[q] = x[r][u];
+          } else {
+            reinterpret_cast<uint4*>(out_values + to * value_dim)[q - key_pieces] = x[r][u];
+            const T* v = reinterpret_cast<const T*>(&x[r][u]);
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+              acc[u][e] += to_float(v[e]);
+          }
+        }
+      }
+    }
+  }
+  if (value_dim == 0) return;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int q = lane + 32 * u;
+    if (q < key_pieces || q >= pieces) continue;
+    float4* to = reinterpret_cast<float4*>(&warp_sums[warp][(q - key_pieces) * 8]);
+    to[0] = make_float4(acc[u][0], acc[u][1], acc[u][2], acc[u][3]);
+    to[1] = make_float4(acc[u][4], acc[u][5], acc[u][6], acc[u][7]);
+  }
+  __syncthreads();
+  for (int e = tid; e < value_dim; e += kThreads) {
+    float total = warp_sums[0][e];
+#pragma unroll
+    for (int w = 1; w < kFewWarps; ++w)
+      total += warp_sums[w][e];
+    sums[slot * value_dim + e] = total;
   }
 }
 
@@ -339,41 +395,36 @@ Status write_index(const IvfLayout& layout, unsigned char* ix, const Placement& 
                    int value_dim, const float* centroids, const int32_t* counts,
                    const int32_t* starts, const int32_t* perm, const T* keys, const T* values,
                    cudaStream_t stream) {
+  T* out_values = value_dim > 0 ? at<T>(ix, layout.values) : nullptr;
+  float* sums = value_dim > 0 ? at<float>(ix, layout.value_sums) : nullptr;
+  const int64_t total = place.heads * placed_slots(place);
+  const int pieces = (d + value_dim) / 8;  // at most 4 * 32: d and value_dim up to kMaxDim
+  static_assert(2 * kMaxDim / 8 <= 4 * 32, "a row of keys and values is at most 4 pieces a lane");
+  // The kernel of kU pieces a lane for rows of `pieces`.
+  const auto by_pieces = [&](auto k1, auto k2, auto k4) {
+    return pieces <= 32 ? k1 : pieces <= 64 ? k2 : k4;
+  };
+  if (total < kPlaceFewSlots && place.n_new > 0) {
+    const auto kernel =
+        by_pieces(few_place_kernel<T, 1>, few_place_kernel<T, 2>, few_place_kernel<T, 4>);
+    kernel<<<static_cast<unsigned>(place.heads * place.n_new), kFewWarps * 32, 0, stream>>>(
+        centroids, counts, starts, perm, keys, values, place, d, value_dim,
+        at<int32_t>(ix, layout.ids), at<T>(ix, layout.keys), out_values, sums,
+        at<float>(ix, layout.centroids), at<T>(ix, layout.centroids_lp),
+        at<int64_t>(ix, layout.offsets), at<int32_t>(ix, layout.sizes),
+        at<int32_t>(ix, layout.largest));
+    return launched(stream);
+  }
   const int64_t slots = place.heads * (place.max_clusters - place.first_slot);
   clusters_kernel<T><<<blocks_for(slots, 8), 256, 0, stream>>>(
       centroids, counts, starts, place, d, at<float>(ix, layout.centroids),
       at<T>(ix, layout.centroids_lp), at<int64_t>(ix, layout.offsets),
       at<int32_t>(ix, layout.sizes), at<int32_t>(ix, layout.largest));
   if (Status st = launched(stream); !st.ok()) return st;
-  T* out_values = value_dim > 0 ? at<T>(ix, layout.values) : nullptr;
-  float* sums = value_dim > 0 ? at<float>(ix, layout.value_sums) : nullptr;
-  const int64_t total = place.heads * placed_slots(place);
-  if (total < kPlaceFewSlots) {
-    gather_kernel<T><<<blocks_for(place.heads * place.n_tokens, 8), 256, 0, stream>>>(
-        perm, keys, values, place, d, value_dim, at<int32_t>(ix, layout.ids),
-        at<T>(ix, layout.keys), out_values);
-    if (Status st = launched(stream); !st.ok()) return st;
-    if (value_dim > 0) {
-      value_sums_kernel<T><<<blocks_for(total, 8), 256, 0, stream>>>(out_values, counts, starts,
-                                                                     place, value_dim, sums);
-    }
-    return launched(stream);
-  }
-  const unsigned blocks = blocks_for(total, 8);
-  const int pieces = (d + value_dim) / 8;  // at most 4 * 32: d and value_dim up to kMaxDim
-  static_assert(2 * kMaxDim / 8 <= 4 * 32, "a row of keys and values is at most 4 pieces a lane");
-  const auto launch = [&](auto kernel) {
-    kernel<<<blocks, 256, 0, stream>>>(counts, starts, perm, keys, values, place, d, value_dim,
-                                       at<int32_t>(ix, layout.ids), at<T>(ix, layout.keys),
-                                       out_values, sums);
-  };
-  if (pieces <= 32) {
-    launch(place_kernel<T, 1>);
-  } else if (pieces <= 64) {
-    launch(place_kernel<T, 2>);
-  } else {
-    launch(place_kernel<T, 4>);
-  }
+  const auto kernel = by_pieces(place_kernel<T, 1>, place_kernel<T, 2>, place_kernel<T, 4>);
+  kernel<<<blocks_for(total, 8), 256, 0, stream>>>(counts, starts, perm, keys, values, place, d,
+                                                   value_dim, at<int32_t>(ix, layout.ids),
+                                                   at<T>(ix, layout.keys), out_values, sums);
   return launched(stream);
 }
 

@@ -402,10 +402,13 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
     if (Status s = plan_small_fit<T>(call, &small); !s.ok()) return s;
   }
   const int small_blocks = small.blocks;
+  // Labels alone are written by the small problems' kernel where they go.
+  const bool labels_alone =
+      result.labels != nullptr && result.sizes == nullptr && result.objective == nullptr;
   if (small_blocks > 0) {
     // The points' distances only where the objective is asked for.
     if (Status s = launch_small_fit<T>(call, params.n_iters, small, result.objective != nullptr,
-                                       stream);
+                                       labels_alone ? result.labels : nullptr, stream);
         !s.ok())
       return s;
   }
@@ -429,13 +432,13 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
   // Nothing of the last assignment is asked for (the IVF build's global pass assigns again).
   const bool last =
       result.labels != nullptr || result.sizes != nullptr || result.objective != nullptr;
-  if (last && small_blocks > 0) {
+  if (last && small_blocks > 0 && !labels_alone) {
     // The last assignment and the distances were the small problems' kernel's.
     if (Status s =
             launch_results<T>(call, result.labels, nullptr, result.sizes, result.objective, stream);
         !s.ok())
       return s;
-  } else if (last) {
+  } else if (last && small_blocks == 0) {
     if (Status s = launch_assign<T>(again, stream); !s.ok()) return s;
     if (Status s = launch_finish<T, float>(call, call.centroids, result.labels, nullptr,
                                            result.sizes, result.objective, stream);

@@ -3,9 +3,9 @@
 // Batched k-means of small problems (at most kSmallMaxBlocks * kSmallMaxRows points, kSmallMaxK
 // clusters): every iteration in one launch. A problem is a thread-block cluster of up to
 // kSmallMaxBlocks blocks, each holding up to kSmallMaxRows of its points in shared memory for the
-// whole fit, as given, and every centroid's operand and bias. With means, the points are not centred:
-// y . c = x . c - mean . c, and the second term goes into the centroid's bias. x is exact in T
-// and its products with the rounded centroid exact in float32, so only the float32 sums round:
+// whole fit, as given, and every centroid's operand and bias. With means, the points are not
+// centred: y . c = x . c - mean . c, and the second term goes into the centroid's bias. x is exact
+// in T and its products with the rounded centroid exact in float32, so only the float32 sums round:
 // as precise as rounding y to T while |mean| is within some tens of |y|. An iteration:
 //   1. each warp assigns its 16 kM points against all centroids (mma.sync);
 //   2. each block groups its points by label, in row order (match.any within 32 rows, counts per
@@ -38,7 +38,7 @@ constexpr int kSmallMaxBlocks = 4;         // blocks per problem
 constexpr int kSmallMaxK = kSmallThreads;  // the grouping scans one cluster per thread
 
 constexpr int kSmallMaxRows = kSmallWarps * 32;  // points per block: a warp's products take
-                                                  // 32 rows (kM = 2) or 16 (kM = 1)
+                                                 // 32 rows (kM = 2) or 16 (kM = 1)
 
 /// Where each array of small_fit_kernel lies in its dynamic shared memory (bytes, 16-aligned).
 struct SmallLayout {
@@ -92,12 +92,13 @@ struct SmallArgs {
   int n_iters;
   float alpha;
   bool cosine;
-  const float* means;  // [batch, d] or null (16-bit T only: folded into the bias)
-  float* centroids;    // [batch, k, d] float32: the initial ones in, the fitted ones out
-  SmallLayout l;       // (kernel parameters: no registers held for the offsets)
-  bool float4_rows;    // centroid rows are 16-byte aligned (d % 4 == 0, centroids aligned)
-  int32_t* labels;     // [batch, n]: the last assignment's
-  float* distances;    // [batch, n]: each point's distance to its centroid, or null: not asked for
+  const float* means;      // [batch, d] or null (16-bit T only: folded into the bias)
+  float* centroids;        // [batch, k, d] float32: the initial ones in, the fitted ones out
+  SmallLayout l;           // (kernel parameters: no registers held for the offsets)
+  bool float4_rows;        // centroid rows are 16-byte aligned (d % 4 == 0, centroids aligned)
+  int32_t* labels;         // the last assignment's: [batch, n], or by the rows' offsets
+  bool labels_by_offsets;  // problem b's labels start at rows.offsets[b] (where given)
+  float* distances;  // [batch, n]: each point's distance to its centroid, or null: not asked for
 };
 
 /// A piece of 16 bytes of T as floats.
@@ -424,8 +425,10 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   // centroid in float32 (as kmeans_kernels.cuh's distance_kernel computes it).
   assign_points();
   __syncthreads();
+  const int64_t label_base =
+      a.labels_by_offsets && a.rows.offsets != nullptr ? a.rows.offsets[b] : b * a.rows.n;
   for (int r = tid; r < rows_here; r += kSmallThreads)
-    a.labels[b * a.rows.n + row0 + r] = label[r];
+    a.labels[label_base + row0 + r] = label[r];
   if (a.distances == nullptr) return;
   float m[kV];
   piece_mean(m);
@@ -592,11 +595,11 @@ Status launch_small_kernel(const SmallArgs<T>& args, int64_t batch, size_t smem,
 
 /// Runs n_iters iterations of call's fit and the last assignment in one launch of `blocks` blocks
 /// per problem: call.centroids holds the initial centroids, and the fitted ones after;
-/// call.labels the last labels and, with `distances`, call.scores each point's distance to its
-/// centroid.
+/// call.labels the last labels, or `out_labels` (by the rows' offsets, as results are) where
+/// given, and, with `distances`, call.scores each point's distance to its centroid.
 template <typename T>
 Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bool distances,
-                        cudaStream_t stream) {
+                        int32_t* out_labels, cudaStream_t stream) {
   const bool cosine = call.metric == KmeansMetric::kCosine;
   const SmallArgs<T> args{
       rows_of<T>(call.points),
@@ -612,7 +615,8 @@ Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bo
       small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), plan.blocks,
                    plan.rows),
       call.points.d % 4 == 0 && reinterpret_cast<uintptr_t>(call.centroids) % 16 == 0,
-      call.labels,
+      out_labels != nullptr ? out_labels : call.labels,
+      out_labels != nullptr,
       distances ? call.scores : nullptr};
   // Rows of at most 32 pieces (plan_small_fit): one piece a lane.
   return with_row_lanes<T>(call.d_pad, [&](auto lanes, auto pieces) {

@@ -893,9 +893,14 @@ TEST(IvfExtend, AppendsASegment) {
     auto* base = static_cast<unsigned char*>(dev.buffer.get());
     const auto offsets = Copy<int64_t>(base + dev.layout.offsets, 2 * 29);
     const auto ids = Copy<int32_t>(base + dev.layout.ids, 2 * 1400);
+    const auto sizes = Copy<int32_t>(base + dev.layout.sizes, 2 * 28);
     for (int64_t h = 0; h < 2; ++h) {
       EXPECT_EQ(offsets[h * 29 + 20], built) << "head " << h;
       EXPECT_EQ(offsets[h * 29 + 28], 1400) << "head " << h;
+      for (int64_t j = 0; j < 28; ++j) {
+        EXPECT_EQ(sizes[h * 28 + j], offsets[h * 29 + j + 1] - offsets[h * 29 + j])
+            << "head " << h << " cluster " << j;
+      }
       std::vector<int> seen(1400, 0);
       for (int64_t p = 0; p < 1400; ++p) {
         const int32_t t = ids[h * 1400 + p];
