@@ -191,34 +191,24 @@ __host__ __device__ inline int64_t placed_slots(const Placement& at) {
   return at.clear_rest ? at.max_clusters - at.first_slot : at.n_new;
 }
 
-/// A warp per (head, slot from first_slot on), for calls of many clusters (place_kernel's row
-/// chains are then short and every SM busy): its tokens' positions, keys and values copied to
-/// their places in the call's cluster order, and the sum of its values in that order (float32,
-/// the same order every run; zero for slots past the call's clusters), so that the values are
-/// read once. A row of keys and values is kU 16-byte pieces a lane (piece q = lane + 32 u: keys
-/// first, then values), and kRows rows are loaded before any is stored.
+/// The rows first, first + stride, ... below `count` of a cluster whose tokens are `order` (of
+/// head h, the first going to place to0): each token's position, key and value copied to its
+/// place, and its value added into acc in that order. A row of keys and values is kU 16-byte
+/// pieces a lane (piece q = lane + 32 u: keys first, then values); the warp loads the tokens of
+/// 32 rows at once, and kRows rows before it stores any.
 template <typename T, int kU>
-__global__ void __launch_bounds__(256)
-    place_kernel(const int32_t* counts, const int32_t* starts, const int32_t* perm, const T* keys,
-                 const T* values, Placement at, int d, int value_dim, int32_t* ids, T* out_keys,
-                 T* out_values, float* sums) {
+__device__ __forceinline__ void place_rows(const int32_t* order, int count, int first, int stride,
+                                           const Placement& at, int64_t h, int64_t to0, int d,
+                                           int value_dim, const T* keys, const T* values,
+                                           int32_t* ids, T* out_keys, T* out_values,
+                                           float (&acc)[kU][8]) {
   constexpr int kRows = 8 / kU;
-  const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t slots = placed_slots(at);
-  if (item >= at.heads * slots) return;
-  const int64_t h = item / slots, local = item % slots;
-  const bool held = local < at.n_new;
-  const int64_t first = held ? starts[h * at.n_new + local] : 0;
-  const int count = held ? counts[h * at.n_new + local] : 0;
   const int key_pieces = d / 8, pieces = key_pieces + value_dim / 8;
-  const int32_t* order = perm + h * at.n_tokens + first;
-  const int64_t to0 = h * at.capacity + at.token_base + first;
-  float acc[kU][8] = {};
-  for (int r0 = 0; r0 < count; r0 += 32) {
-    const int rows = min(32, count - r0);
-    const int32_t mine = lane < rows ? order[r0 + lane] : 0;
-    if (lane < rows) ids[to0 + r0 + lane] = static_cast<int32_t>(at.token_base + mine);
+  for (int r0 = first; r0 < count; r0 += 32 * stride) {
+    const int rows = min(32, (count - r0 + stride - 1) / stride);
+    const int32_t mine = lane < rows ? order[r0 + stride * lane] : 0;
+    if (lane < rows) ids[to0 + r0 + stride * lane] = static_cast<int32_t>(at.token_base + mine);
     for (int r1 = 0; r1 < rows; r1 += kRows) {
       uint4 x[kRows][kU];
 #pragma unroll
@@ -237,7 +227,7 @@ __global__ void __launch_bounds__(256)
       }
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
-        const int64_t to = to0 + r0 + r1 + r;
+        const int64_t to = to0 + r0 + stride * (r1 + r);
 #pragma unroll
         for (int u = 0; u < kU; ++u) {
           const int q = lane + 32 * u;
@@ -255,6 +245,32 @@ __global__ void __launch_bounds__(256)
       }
     }
   }
+}
+
+/// A warp per (head, slot from first_slot on), for calls of many clusters (place_kernel's row
+/// chains are then short and every SM busy): its tokens' positions, keys and values copied to
+/// their places in the call's cluster order, and the sum of its values in that order (float32,
+/// the same order every run; zero for slots past the call's clusters), so that the values are
+/// read once (place_rows, kU pieces a lane).
+template <typename T, int kU>
+__global__ void __launch_bounds__(256)
+    place_kernel(const int32_t* counts, const int32_t* starts, const int32_t* perm, const T* keys,
+                 const T* values, Placement at, int d, int value_dim, int32_t* ids, T* out_keys,
+                 T* out_values, float* sums) {
+  const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t slots = placed_slots(at);
+  if (item >= at.heads * slots) return;
+  const int64_t h = item / slots, local = item % slots;
+  const bool held = local < at.n_new;
+  const int64_t first = held ? starts[h * at.n_new + local] : 0;
+  const int count = held ? counts[h * at.n_new + local] : 0;
+  const int key_pieces = d / 8, pieces = key_pieces + value_dim / 8;
+  const int32_t* order = perm + h * at.n_tokens + first;
+  const int64_t to0 = h * at.capacity + at.token_base + first;
+  float acc[kU][8] = {};
+  place_rows<T, kU>(order, count, 0, 1, at, h, to0, d, value_dim, keys, values, ids, out_keys,
+                    out_values, acc);
   if (value_dim == 0) return;
   const int64_t slot = h * at.max_clusters + at.first_slot + local;
 #pragma unroll
@@ -272,11 +288,11 @@ constexpr int kFewWarps = 4;  // warps of few_place_kernel's blocks
 /// For calls of few clusters (an extension's: place_kernel's warps would each follow a chain of
 /// rows on a few SMs), a block per (head, cluster of the call): its CSR offset, size, largest and
 /// centroids (as clusters_kernel writes them); its tokens' positions, keys and values copied to
-/// their places in the call's cluster order, warp w taking rows w, w + kFewWarps, ... with kRows
-/// rows loaded before any is stored; and the sum of its values (float32, each warp's rows in
-/// order, then the warps' sums in order: the same bits every run). The slots after the call's
-/// clusters are spread over the head's blocks: offset end, and with clear_rest zero size, centroid
-/// and value sum. A row of keys and values is kU 16-byte pieces a lane, as in place_kernel.
+/// their places in the call's cluster order, warp w taking rows w, w + kFewWarps, ...
+/// (place_rows, kU pieces a lane); and the sum of its values (float32, each warp's rows in order,
+/// then the warps' sums in order: the same bits every run). The slots after the call's clusters
+/// are spread over the head's blocks: offset end, and with clear_rest zero size, centroid and
+/// value sum.
 template <typename T, int kU>
 __global__ void __launch_bounds__(kFewWarps * 32)
     few_place_kernel(const float* centroids, const int32_t* counts, const int32_t* starts,
@@ -284,7 +300,6 @@ __global__ void __launch_bounds__(kFewWarps * 32)
                      int value_dim, int32_t* ids, T* out_keys, T* out_values, float* sums,
                      float* out_centroids, T* out_lp, int64_t* offsets, int32_t* sizes,
                      int32_t* largest) {
-  constexpr int kRows = 8 / kU;
   __shared__ __align__(16) float warp_sums[kFewWarps][kMaxDim];
   const int64_t h = blockIdx.x / at.n_new, local = blockIdx.x % at.n_new;
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
@@ -324,47 +339,8 @@ __global__ void __launch_bounds__(kFewWarps * 32)
   const int32_t* order = perm + h * at.n_tokens + first;
   const int64_t to0 = h * at.capacity + at.token_base + first;
   float acc[kU][8] = {};
-  // The warp's rows r0 + kFewWarps * i, 32 of them at a time: their tokens first.
-  for (int r0 = warp; r0 < count; r0 += 32 * kFewWarps) {
-    const int rows = min(32, (count - r0 + kFewWarps - 1) / kFewWarps);
-    const int32_t mine = lane < rows ? order[r0 + kFewWarps * lane] : 0;
-    if (lane < rows) ids[to0 + r0 + kFewWarps * lane] = static_cast<int32_t>(at.token_base + mine);
-    for (int r1 = 0; r1 < rows; r1 += kRows) {
-      uint4 x[kRows][kU];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t from = h * at.n_tokens + __shfl_sync(0xFFFFFFFFu, mine, (r1 + r) % 32);
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const int q = lane + 32 * u;
-          if (r1 + r < rows && q < pieces) {
-            x[r][u] = q < key_pieces
-                          ? __ldg(reinterpret_cast<const uint4*>(keys + from * d) + q)
-                          : __ldg(reinterpret_cast<const uint4*>(values + from * value_dim) +
-                                  (q - key_pieces));
-          }
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int64_t to = to0 + r0 + kFewWarps * (r1 + r);
-#pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          const int q = lane + 32 * u;
-          if (r1 + r >= rows || q >= pieces) continue;
-          if (q < key_pieces) {
-            reinterpret_cast<uint4*>(out_keys + to * d)[q] = x[r][u];
-          } else {
-            reinterpret_cast<uint4*>(out_values + to * value_dim)[q - key_pieces] = x[r][u];
-            const T* v = reinterpret_cast<const T*>(&x[r][u]);
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-              acc[u][e] += to_float(v[e]);
-          }
-        }
-      }
-    }
-  }
+  place_rows<T, kU>(order, count, warp, kFewWarps, at, h, to0, d, value_dim, keys, values, ids,
+                    out_keys, out_values, acc);
   if (value_dim == 0) return;
 #pragma unroll
   for (int u = 0; u < kU; ++u) {
