@@ -432,13 +432,16 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
   // Nothing of the last assignment is asked for (the IVF build's global pass assigns again).
   const bool last =
       result.labels != nullptr || result.sizes != nullptr || result.objective != nullptr;
-  if (last && small_blocks > 0 && !labels_alone) {
-    // The last assignment and the distances were the small problems' kernel's.
-    if (Status s =
-            launch_results<T>(call, result.labels, nullptr, result.sizes, result.objective, stream);
-        !s.ok())
-      return s;
-  } else if (last && small_blocks == 0) {
+  if (small_blocks > 0) {
+    // The last assignment and the distances were the small problems' kernel's (and labels
+    // alone are already where they go).
+    if (last && !labels_alone) {
+      if (Status s = launch_results<T>(call, result.labels, nullptr, result.sizes, result.objective,
+                                       stream);
+          !s.ok())
+        return s;
+    }
+  } else if (last) {
     if (Status s = launch_assign<T>(again, stream); !s.ok()) return s;
     if (Status s = launch_finish<T, float>(call, call.centroids, result.labels, nullptr,
                                            result.sizes, result.objective, stream);

@@ -464,14 +464,17 @@ inline int small_fit_setting() {
 }
 
 /// How a call's problems take small_fit_kernel: `blocks` blocks per problem (0: they do not) of
-/// `rows` points each (a multiple of 32), whose warps' products take `tiles` 16-row tiles;
-/// `smem` bytes of dynamic shared memory a block.
+/// `rows` points each (a multiple of 32); `smem` bytes of dynamic shared memory a block.
 struct SmallPlan {
   int blocks = 0;
   int rows = 0;
-  int tiles = 2;
   size_t smem = 0;
 };
+
+/// The 16-row tiles a warp's products take in blocks of `rows` points (16 warps a block).
+inline int small_tiles(int64_t rows) {
+  return rows <= kSmallMaxRows / 2 ? 1 : 2;
+}
 
 /// *count = the problems of `blocks` blocks of `kernel` with `smem` bytes each that the current
 /// device holds at once (asked once per device, kernel, blocks and smem).
@@ -546,7 +549,7 @@ Status plan_small_fit(const Call& call, SmallPlan* plan) {
   for (int blocks = 1; blocks <= kSmallMaxBlocks; ++blocks) {
     const int64_t rows = ((p.n + blocks - 1) / blocks + 31) / 32 * 32;
     if (rows > kSmallMaxRows) continue;
-    const int tiles = rows <= kSmallMaxRows / 2 ? 1 : 2;
+    const int tiles = small_tiles(rows);
     const SmallLayout l = small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad),
                                        sizeof(T), blocks, static_cast<int>(rows));
     // The kernel's shared memory and registers are the same for every kL.
@@ -572,7 +575,7 @@ Status plan_small_fit(const Call& call, SmallPlan* plan) {
     const int64_t cost = (p.batch + resident - 1) / resident * rows;
     if (cost < best_cost) {
       best_cost = cost;
-      *plan = SmallPlan{blocks, static_cast<int>(rows), tiles, static_cast<size_t>(l.bytes)};
+      *plan = SmallPlan{blocks, static_cast<int>(rows), static_cast<size_t>(l.bytes)};
       if (setting == 1) break;  // the fewest blocks
     }
   }
@@ -622,7 +625,7 @@ Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bo
   return with_row_lanes<T>(call.d_pad, [&](auto lanes, auto pieces) {
     if constexpr (decltype(pieces)::value == 1) {
       constexpr int kL = decltype(lanes)::value;
-      return plan.tiles == 1
+      return small_tiles(plan.rows) == 1
                  ? launch_small_kernel<T, kL, 1>(args, call.points.batch, plan.smem, stream)
                  : launch_small_kernel<T, kL, 2>(args, call.points.batch, plan.smem, stream);
     } else {
