@@ -13,7 +13,7 @@
 //      cluster, from shared memory);
 //   3. block r owns clusters [r * owned, (r + 1) * owned): it adds the blocks' sums of each in
 //      rank order (read through the cluster), writes the new centroid and its operand and bias
-//      into every block.
+//      into every block (half a warp per cluster).
 // Then the last assignment: labels and, where asked for, each point's distance to its centroid.
 // The same order of additions every run, so the same bits; two cluster barriers per iteration;
 // the points are read from memory once.
@@ -204,24 +204,29 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
       w[r] = 1.0f;
   }
 
-  // Cluster c's new float32 centroid, float4 i of it (i < d_pad / 4) in v[q] for i = lane + 32 q:
-  // written to the result (values below d), and published to every block: its operand row
-  // (zeros past d) and bias, of the rounded values: L2 |c|^2, cosine 0, plus alpha * mean . c.
-  constexpr int kF = (kV * kL / 4 + kWarp - 1) / kWarp;  // float4s of a row per lane, at most
+  // A centroid's row is handled by kC lanes (two clusters a warp: one round of step 3 takes
+  // 32 clusters a block). Cluster c's new float32 centroid, float4 i of it (i < d_pad / 4) in
+  // v[q] for i = cl + kC q: written to the result (values below d), and published to every
+  // block: its operand row (zeros past d) and bias, of the rounded values: L2 |c|^2, cosine 0,
+  // plus alpha * mean . c. Every lane of the warp calls it (the sums' shuffles); only lanes
+  // `active` store.
+  constexpr int kC = 16;
+  constexpr int kF = (kV * kL / 4 + kC - 1) / kC;  // float4s of a row per lane, at most
+  const int cl = lane % kC, half = lane / kC;
   const int f4 = a.d_pad / 4;
-  auto publish = [&](int c, const float4(&v)[kF], bool write) {
+  auto publish = [&](int c, const float4(&v)[kF], bool write, bool active) {
     float norm = 0.0f, shift = 0.0f;
     float* to = a.centroids + (b * a.k + c) * a.d;
 #pragma unroll
     for (int q = 0; q < kF; ++q) {
-      const int i = lane + q * kWarp;
+      const int i = cl + q * kC;
       if (i >= f4) continue;
       const float in[4] = {v[q].x, v[q].y, v[q].z, v[q].w};
       const float4 m = *reinterpret_cast<const float4*>(mu + 4 * i);
       const float mm[4] = {m.x, m.y, m.z, m.w};
-      if (write && a.float4_rows && 4 * i < a.d) {
+      if (write && active && a.float4_rows && 4 * i < a.d) {
         *reinterpret_cast<float4*>(to + 4 * i) = v[q];
-      } else if (write) {
+      } else if (write && active) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if (4 * i + e < a.d) to[4 * i + e] = in[e];
@@ -236,7 +241,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
         norm = fmaf(f, f, norm);
         shift = fmaf(mm[e], f, shift);
       }
-      for (int rb = 0; rb < a.blocks; ++rb) {
+      for (int rb = 0; rb < a.blocks && active; ++rb) {
         T* dst = peer(reinterpret_cast<T*>(operand + c * l.row_bytes), rb) + 4 * i;
         if constexpr (sizeof(T) == 4) {
           *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(r);
@@ -245,26 +250,30 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
         }
       }
     }
-    norm = warp_sum(norm);
-    shift = warp_sum(shift);
-    if (lane < a.blocks) *peer(bias + c, lane) = (a.cosine ? 0.0f : norm) + a.alpha * shift;
+    norm = group_sum<kC>(norm);
+    shift = group_sum<kC>(shift);
+    if (active && cl < a.blocks) *peer(bias + c, cl) = (a.cosine ? 0.0f : norm) + a.alpha * shift;
   };
   const int own_first = rank * l.owned;
   const int own_end = min(a.k, own_first + l.owned);
   sync_all();  // every block of the cluster runs before any writes to its shared memory
-  for (int c = own_first + warp; c < own_end; c += kSmallWarps) {
+  // (Warp-uniform rounds of two clusters: the halves' shuffles need every lane.)
+  constexpr int kRound = kSmallWarps * (kWarp / kC);
+  for (int c0 = own_first + warp * (kWarp / kC); c0 < own_end; c0 += kRound) {
+    const int c = c0 + half;
+    const bool active = c < own_end;
     const float* from = a.centroids + (b * a.k + c) * a.d;
     float4 v[kF];
 #pragma unroll
     for (int q = 0; q < kF; ++q) {
-      const int i = lane + q * kWarp;
+      const int i = cl + q * kC;
       float in[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        in[e] = i < f4 && 4 * i + e < a.d ? from[4 * i + e] : 0.0f;
+        in[e] = active && i < f4 && 4 * i + e < a.d ? from[4 * i + e] : 0.0f;
       v[q] = make_float4(in[0], in[1], in[2], in[3]);
     }
-    publish(c, v, false);
+    publish(c, v, false, active);
   }
   sync_all();  // every block has every operand row
 
@@ -374,50 +383,44 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     }
     sync_all();  // every block's sums and counts are written
 
-    // 3. The owned clusters: the blocks' sums added in rank order (every block's read at once).
-    for (int c = own_first + warp; c < own_end; c += kSmallWarps) {
-      float4 part_sum[kSmallMaxBlocks][kF];
+    // 3. The owned clusters: the blocks' sums added in rank order.
+    for (int c0 = own_first + warp * (kWarp / kC); c0 < own_end; c0 += kRound) {
+      const int c = c0 + half;
+      const bool active = c < own_end;
+      // Added as they arrive, in rank order (each rank's pieces held at once, not every rank's:
+      // the registers are the products').
+      float4 v[kF];
       int points = 0;
 #pragma unroll
       for (int r = 0; r < kSmallMaxBlocks; ++r) {
-        const float* from = r < a.blocks ? peer(sums, r) + c * a.d_pad : nullptr;
-        points += r < a.blocks ? *peer(count + c, r) : 0;
+        const bool here = active && r < a.blocks;
+        const float* from = here ? peer(sums, r) + c * a.d_pad : nullptr;
+        points += here ? *peer(count + c, r) : 0;
 #pragma unroll
         for (int q = 0; q < kF; ++q) {
-          const int i = lane + q * kWarp;
-          part_sum[r][q] = r < a.blocks && i < f4 ? *reinterpret_cast<const float4*>(from + 4 * i)
-                                                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          const int i = cl + q * kC;
+          const float4 p = here && i < f4 ? *reinterpret_cast<const float4*>(from + 4 * i)
+                                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          v[q] = r == 0 ? p : make_float4(v[q].x + p.x, v[q].y + p.y, v[q].z + p.z, v[q].w + p.w);
         }
       }
-      float4 v[kF];
       float s2 = 0.0f;
 #pragma unroll
       for (int q = 0; q < kF; ++q) {
-        v[q] = part_sum[0][q];
-#pragma unroll
-        for (int r = 1; r < kSmallMaxBlocks; ++r) {
-          v[q].x += part_sum[r][q].x;
-          v[q].y += part_sum[r][q].y;
-          v[q].z += part_sum[r][q].z;
-          v[q].w += part_sum[r][q].w;
-        }
         s2 = fmaf(v[q].x, v[q].x,
                   fmaf(v[q].y, v[q].y, fmaf(v[q].z, v[q].z, fmaf(v[q].w, v[q].w, s2))));
       }
-      s2 = warp_sum(s2);
+      s2 = group_sum<kC>(s2);
       // An empty cluster, or a cosine sum of zero, keeps its centroid.
-      if (a.cosine ? !(s2 > 0.0f) : points == 0) continue;
-      const float scale = a.cosine ? 1.0f / sqrtf(s2) : 1.0f;
+      const bool update = active && (a.cosine ? s2 > 0.0f : points != 0);
+      // The mean as the sum times 1 / points (one division a cluster, not one a value).
+      const float scale = !update    ? 1.0f
+                          : a.cosine ? 1.0f / sqrtf(s2)
+                                     : 1.0f / static_cast<float>(points);
 #pragma unroll
-      for (int q = 0; q < kF; ++q) {
-        if (a.cosine) {
-          v[q] = make_float4(v[q].x * scale, v[q].y * scale, v[q].z * scale, v[q].w * scale);
-        } else {
-          const float n = static_cast<float>(points);
-          v[q] = make_float4(v[q].x / n, v[q].y / n, v[q].z / n, v[q].w / n);
-        }
-      }
-      publish(c, v, true);
+      for (int q = 0; q < kF; ++q)
+        v[q] = make_float4(v[q].x * scale, v[q].y * scale, v[q].z * scale, v[q].w * scale);
+      publish(c, v, true, update);
     }
     sync_all();  // every operand row is new, and the sums and groups may be rewritten
   }
