@@ -381,20 +381,6 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
   } else if (params.init == KmeansInit::kGiven) {
     init = Init::kGiven;
   }
-  if (init == Init::kGiven && result.centroid_dtype != DType::kFloat32) {
-    init_kernel<T, T><<<blocks_for(items, 8), 256, 0, stream>>>(
-        rows_of<T>(p), d, p.batch, call.k, init, call.rows, static_cast<const T*>(result.centroids),
-        means, cosine, call.centroids);
-  } else {
-    init_kernel<T, float><<<blocks_for(items, 8), 256, 0, stream>>>(
-        rows_of<T>(p), d, p.batch, call.k, init, call.rows,
-        static_cast<const float*>(result.centroids), means, cosine, call.centroids);
-  }
-  if (Status s = launched(stream); !s.ok()) return s;
-
-  // The points' weights do not change: the first assignment writes them, the others reuse them.
-  Call again = call;
-  again.point_w = nullptr;
   // Small problems run every iteration, and the last assignment, in one launch
   // (kmeans_small.cuh).
   SmallPlan small;
@@ -402,12 +388,30 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
     if (Status s = plan_small_fit<T>(call, &small); !s.ok()) return s;
   }
   const int small_blocks = small.blocks;
+  // The small problems' kernel takes strided initial centroids itself (a launch less).
+  const bool strided_init = small_blocks > 0 && init == Init::kStrided;
+  if (!strided_init) {
+    if (init == Init::kGiven && result.centroid_dtype != DType::kFloat32) {
+      init_kernel<T, T><<<blocks_for(items, 8), 256, 0, stream>>>(
+          rows_of<T>(p), d, p.batch, call.k, init, call.rows,
+          static_cast<const T*>(result.centroids), means, cosine, call.centroids);
+    } else {
+      init_kernel<T, float><<<blocks_for(items, 8), 256, 0, stream>>>(
+          rows_of<T>(p), d, p.batch, call.k, init, call.rows,
+          static_cast<const float*>(result.centroids), means, cosine, call.centroids);
+    }
+    if (Status s = launched(stream); !s.ok()) return s;
+  }
+  // The points' weights do not change: the first assignment writes them, the others reuse them.
+  Call again = call;
+  again.point_w = nullptr;
   // Labels alone are written by the small problems' kernel where they go.
   const bool labels_alone =
       result.labels != nullptr && result.sizes == nullptr && result.objective == nullptr;
   if (small_blocks > 0) {
     // The points' distances only where the objective is asked for.
-    if (Status s = launch_small_fit<T>(call, params.n_iters, small, result.objective != nullptr,
+    if (Status s = launch_small_fit<T>(call, params.n_iters, small, strided_init,
+                                       result.objective != nullptr,
                                        labels_alone ? result.labels : nullptr, stream);
         !s.ok())
       return s;

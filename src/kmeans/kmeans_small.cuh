@@ -93,7 +93,9 @@ struct SmallArgs {
   float alpha;
   bool cosine;
   const float* means;      // [batch, d] or null (16-bit T only: folded into the bias)
-  float* centroids;        // [batch, k, d] float32: the initial ones in, the fitted ones out
+  float* centroids;        // [batch, k, d] float32: the initial ones in (unless strided_init),
+                           // the fitted ones out
+  bool strided_init;       // the initial centroids are init_kernel's kStrided, taken here
   SmallLayout l;           // (kernel parameters: no registers held for the offsets)
   bool float4_rows;        // centroid rows are 16-byte aligned (d % 4 == 0, centroids aligned)
   int32_t* labels;         // the last assignment's: [batch, n], or by the rows' offsets
@@ -263,17 +265,37 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     const int c = c0 + half;
     const bool active = c < own_end;
     const float* from = a.centroids + (b * a.k + c) * a.d;
+    // Strided, as init_kernel takes them (and written out, as it writes them): point c * n / k,
+    // centred, and for cosine at unit length (a zero vector stays zero).
+    const int64_t point = len > 0 ? c * len / a.k : -1;
+    const T* x = first + max(point, int64_t{0}) * a.rows.ld;
     float4 v[kF];
+    float s = 0.0f;
 #pragma unroll
     for (int q = 0; q < kF; ++q) {
       const int i = cl + q * kC;
       float in[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        in[e] = active && i < f4 && 4 * i + e < a.d ? from[4 * i + e] : 0.0f;
+      for (int e = 0; e < 4; ++e) {
+        const int col = 4 * i + e;
+        const bool inside = active && i < f4 && col < a.d;
+        if (!a.strided_init) {
+          in[e] = inside ? from[col] : 0.0f;
+        } else {
+          in[e] = inside && point >= 0 ? to_float(x[col]) - mu[col] : 0.0f;
+          s = fmaf(in[e], in[e], s);
+        }
+      }
       v[q] = make_float4(in[0], in[1], in[2], in[3]);
     }
-    publish(c, v, false, active);
+    if (a.strided_init && a.cosine) {
+      s = group_sum<kC>(s);
+      const float scale = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
+#pragma unroll
+      for (int q = 0; q < kF; ++q)
+        v[q] = make_float4(v[q].x * scale, v[q].y * scale, v[q].z * scale, v[q].w * scale);
+    }
+    publish(c, v, a.strided_init, active);
   }
   sync_all();  // every block has every operand row
 
@@ -600,12 +622,13 @@ Status launch_small_kernel(const SmallArgs<T>& args, int64_t batch, size_t smem,
 }
 
 /// Runs n_iters iterations of call's fit and the last assignment in one launch of `blocks` blocks
-/// per problem: call.centroids holds the initial centroids, and the fitted ones after;
+/// per problem: call.centroids holds the initial centroids (with strided_init, the kernel takes
+/// and writes them there), and the fitted ones after;
 /// call.labels the last labels, or `out_labels` (by the rows' offsets, as results are) where
 /// given, and, with `distances`, call.scores each point's distance to its centroid.
 template <typename T>
-Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bool distances,
-                        int32_t* out_labels, cudaStream_t stream) {
+Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bool strided_init,
+                        bool distances, int32_t* out_labels, cudaStream_t stream) {
   const bool cosine = call.metric == KmeansMetric::kCosine;
   const SmallArgs<T> args{
       rows_of<T>(call.points),
@@ -618,6 +641,7 @@ Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bo
       cosine,
       call.center ? call.means : nullptr,
       call.centroids,
+      strided_init,
       small_layout(static_cast<int>(call.k), static_cast<int>(call.d_pad), sizeof(T), plan.blocks,
                    plan.rows),
       call.points.d % 4 == 0 && reinterpret_cast<uintptr_t>(call.centroids) % 16 == 0,
