@@ -284,6 +284,18 @@ __global__ void __launch_bounds__(256)
 }
 
 constexpr int kFewWarps = 4;  // warps of few_place_kernel's blocks
+// Tokens per head of a call up to which few_place_kernel's blocks group their cluster's tokens
+// from the labels themselves (each block reads all its head's labels, so the cost grows with
+// tokens times clusters; an extension's 1024 tokens into 64 clusters is the case it serves).
+constexpr int64_t kFewGroupTokens = 1024;
+
+/// Whether a call's tokens are placed by few_place_kernel, and grouped by it from the labels.
+__host__ __device__ inline bool few_places(const Placement& at) {
+  return at.heads * placed_slots(at) < kPlaceFewSlots && at.n_new > 0;
+}
+__host__ __device__ inline bool few_groups(const Placement& at) {
+  return few_places(at) && at.n_tokens <= kFewGroupTokens;
+}
 
 /// For calls of few clusters (an extension's: place_kernel's warps would each follow a chain of
 /// rows on a few SMs), a block per (head, cluster of the call): its CSR offset, size, largest and
@@ -292,21 +304,61 @@ constexpr int kFewWarps = 4;  // warps of few_place_kernel's blocks
 /// (place_rows, kU pieces a lane); and the sum of its values (float32, each warp's rows in order,
 /// then the warps' sums in order: the same bits every run). The slots after the call's clusters
 /// are spread over the head's blocks: offset end, and with clear_rest zero size, centroid and
-/// value sum.
+/// value sum. With `labels` ([heads, n_tokens], few_groups), the block finds its cluster's tokens
+/// there (ascending, into dynamic shared memory) and where they start (the head's tokens of lower
+/// clusters); otherwise counts, starts and perm say so (group_by_cluster).
 template <typename T, int kU>
 __global__ void __launch_bounds__(kFewWarps * 32)
-    few_place_kernel(const float* centroids, const int32_t* counts, const int32_t* starts,
-                     const int32_t* perm, const T* keys, const T* values, Placement at, int d,
-                     int value_dim, int32_t* ids, T* out_keys, T* out_values, float* sums,
-                     float* out_centroids, T* out_lp, int64_t* offsets, int32_t* sizes,
+    few_place_kernel(const float* centroids, const int32_t* labels, const int32_t* counts,
+                     const int32_t* starts, const int32_t* perm, const T* keys, const T* values,
+                     Placement at, int d, int value_dim, int32_t* ids, T* out_keys, T* out_values,
+                     float* sums, float* out_centroids, T* out_lp, int64_t* offsets, int32_t* sizes,
                      int32_t* largest) {
   __shared__ __align__(16) float warp_sums[kFewWarps][kMaxDim];
+  extern __shared__ int32_t own_rows[];  // with labels: the cluster's tokens, ascending
   const int64_t h = blockIdx.x / at.n_new, local = blockIdx.x % at.n_new;
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   constexpr int kThreads = kFewWarps * 32;
   const int64_t j = at.first_slot + local, slot = h * at.max_clusters + j;
-  const int64_t first = starts[h * at.n_new + local];
-  const int count = counts[h * at.n_new + local];
+  int64_t first = 0;
+  int count = 0;
+  const int32_t* order = nullptr;
+  if (labels != nullptr) {
+    // The head's labels in chunks of a token a thread, in order: the chunk's tokens of this
+    // cluster placed after the earlier chunks' (warps in order, lanes in order), and the tokens
+    // of lower clusters counted.
+    __shared__ int hits[kFewWarps], lower[kFewWarps];
+    const int32_t* head_labels = labels + h * at.n_tokens;
+    const int n = static_cast<int>(at.n_tokens);
+    int below = 0;
+    for (int base = 0; base < n; base += kThreads) {
+      const int i = base + tid;
+      const int label = i < n ? head_labels[i] : -1;
+      below += label >= 0 && label < local;
+      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, label == local);
+      if (lane == 0) hits[warp] = __popc(ballot);
+      __syncthreads();
+      int at_warp = count, chunk = 0;
+      for (int w = 0; w < kFewWarps; ++w) {
+        at_warp += w < warp ? hits[w] : 0;
+        chunk += hits[w];
+      }
+      if (label == local) own_rows[at_warp + __popc(ballot & ((1u << lane) - 1u))] = i;
+      count += chunk;
+      __syncthreads();  // hits are rewritten by the next chunk
+    }
+    for (int o = 16; o > 0; o >>= 1)
+      below += __shfl_xor_sync(0xFFFFFFFFu, below, o);
+    if (lane == 0) lower[warp] = below;
+    __syncthreads();
+    for (int w = 0; w < kFewWarps; ++w)
+      first += lower[w];
+    order = own_rows;
+  } else {
+    first = starts[h * at.n_new + local];
+    count = counts[h * at.n_new + local];
+    order = perm + h * at.n_tokens + first;
+  }
   int64_t* head_offsets = offsets + h * (at.max_clusters + 1);
   if (tid == 0) {
     head_offsets[j] = at.token_base + first;
@@ -336,7 +388,6 @@ __global__ void __launch_bounds__(kFewWarps * 32)
   }
 
   const int key_pieces = d / 8, pieces = key_pieces + value_dim / 8;
-  const int32_t* order = perm + h * at.n_tokens + first;
   const int64_t to0 = h * at.capacity + at.token_base + first;
   float acc[kU][8] = {};
   place_rows<T, kU>(order, count, warp, kFewWarps, at, h, to0, d, value_dim, keys, values, ids,
@@ -368,24 +419,25 @@ Status launched(cudaStream_t stream) {
 /// values and value sums, as `place` puts them.
 template <typename T>
 Status write_index(const IvfLayout& layout, unsigned char* ix, const Placement& place, int d,
-                   int value_dim, const float* centroids, const int32_t* counts,
-                   const int32_t* starts, const int32_t* perm, const T* keys, const T* values,
-                   cudaStream_t stream) {
+                   int value_dim, const float* centroids, const int32_t* labels,
+                   const int32_t* counts, const int32_t* starts, const int32_t* perm, const T* keys,
+                   const T* values, cudaStream_t stream) {
   T* out_values = value_dim > 0 ? at<T>(ix, layout.values) : nullptr;
   float* sums = value_dim > 0 ? at<float>(ix, layout.value_sums) : nullptr;
-  const int64_t total = place.heads * placed_slots(place);
   const int pieces = (d + value_dim) / 8;  // at most 4 * 32: d and value_dim up to kMaxDim
   static_assert(2 * kMaxDim / 8 <= 4 * 32, "a row of keys and values is at most 4 pieces a lane");
   // The kernel of kU pieces a lane for rows of `pieces`.
   const auto by_pieces = [&](auto k1, auto k2, auto k4) {
     return pieces <= 32 ? k1 : pieces <= 64 ? k2 : k4;
   };
-  if (total < kPlaceFewSlots && place.n_new > 0) {
+  if (few_places(place)) {
     const auto kernel =
         by_pieces(few_place_kernel<T, 1>, few_place_kernel<T, 2>, few_place_kernel<T, 4>);
-    kernel<<<static_cast<unsigned>(place.heads * place.n_new), kFewWarps * 32, 0, stream>>>(
-        centroids, counts, starts, perm, keys, values, place, d, value_dim,
-        at<int32_t>(ix, layout.ids), at<T>(ix, layout.keys), out_values, sums,
+    const bool grouped = few_groups(place);
+    const size_t smem = grouped ? static_cast<size_t>(place.n_tokens) * sizeof(int32_t) : 0;
+    kernel<<<static_cast<unsigned>(place.heads * place.n_new), kFewWarps * 32, smem, stream>>>(
+        centroids, grouped ? labels : nullptr, counts, starts, perm, keys, values, place, d,
+        value_dim, at<int32_t>(ix, layout.ids), at<T>(ix, layout.keys), out_values, sums,
         at<float>(ix, layout.centroids), at<T>(ix, layout.centroids_lp),
         at<int64_t>(ix, layout.offsets), at<int32_t>(ix, layout.sizes),
         at<int32_t>(ix, layout.largest));
@@ -397,6 +449,7 @@ Status write_index(const IvfLayout& layout, unsigned char* ix, const Placement& 
       at<T>(ix, layout.centroids_lp), at<int64_t>(ix, layout.offsets),
       at<int32_t>(ix, layout.sizes), at<int32_t>(ix, layout.largest));
   if (Status st = launched(stream); !st.ok()) return st;
+  const int64_t total = place.heads * placed_slots(place);
   const auto kernel = by_pieces(place_kernel<T, 1>, place_kernel<T, 2>, place_kernel<T, 4>);
   kernel<<<blocks_for(total, 8), 256, 0, stream>>>(counts, starts, perm, keys, values, place, d,
                                                    value_dim, at<int32_t>(ix, layout.ids),
@@ -473,18 +526,6 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
     if (Status st = launched(stream); !st.ok()) return st;
   }
 
-  // Each head's tokens by cluster, ascending within one.
-  if (Status st = group_by_cluster<T>(head_points(s, keys, call.seq), labels, call.n_clusters,
-                                      counts, starts, perm, stream);
-      !st.ok()) {
-    return st;
-  }
-
-  int32_t* largest = at<int32_t>(ix, call.index.largest);
-  if (const cudaError_t e = cudaMemsetAsync(largest, 0, sizeof(int32_t), stream);
-      e != cudaSuccess) {
-    return cuda_status(e, kOp, "clearing the largest cluster's size");
-  }
   Placement place;
   place.heads = s.heads;
   place.n_new = call.n_clusters;
@@ -492,8 +533,22 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
   place.n_tokens = call.seq;
   place.end = call.seq;
   place.capacity = s.capacity;
-  return write_index<T>(call.index, ix, place, d, static_cast<int>(s.value_dim), centroids, counts,
-                        starts, perm, keys, static_cast<const T*>(call.values), stream);
+  // Each head's tokens by cluster, ascending within one (or by the placement itself).
+  if (!few_groups(place)) {
+    if (Status st = group_by_cluster<T>(head_points(s, keys, call.seq), labels, call.n_clusters,
+                                        counts, starts, perm, stream);
+        !st.ok()) {
+      return st;
+    }
+  }
+
+  int32_t* largest = at<int32_t>(ix, call.index.largest);
+  if (const cudaError_t e = cudaMemsetAsync(largest, 0, sizeof(int32_t), stream);
+      e != cudaSuccess) {
+    return cuda_status(e, kOp, "clearing the largest cluster's size");
+  }
+  return write_index<T>(call.index, ix, place, d, static_cast<int>(s.value_dim), centroids, labels,
+                        counts, starts, perm, keys, static_cast<const T*>(call.values), stream);
 }
 
 template <typename T>
@@ -519,10 +574,6 @@ Status launch_extend(const ExtendCall& call, cudaStream_t stream) {
       !st.ok()) {
     return st;
   }
-  if (Status st = group_by_cluster<T>(points, labels, call.n_new, counts, starts, perm, stream);
-      !st.ok()) {
-    return st;
-  }
   Placement place;
   place.clear_rest = false;
   place.heads = s.heads;
@@ -533,9 +584,15 @@ Status launch_extend(const ExtendCall& call, cudaStream_t stream) {
   place.n_tokens = call.seq;
   place.end = call.tokens + call.seq;
   place.capacity = s.capacity;
+  if (!few_groups(place)) {
+    if (Status st = group_by_cluster<T>(points, labels, call.n_new, counts, starts, perm, stream);
+        !st.ok()) {
+      return st;
+    }
+  }
   return write_index<T>(call.index, ix, place, static_cast<int>(s.dim),
-                        static_cast<int>(s.value_dim), centroids, counts, starts, perm, keys,
-                        static_cast<const T*>(call.values), stream);
+                        static_cast<int>(s.value_dim), centroids, labels, counts, starts, perm,
+                        keys, static_cast<const T*>(call.values), stream);
 }
 
 #define CUDAOPS_IVF_INSTANTIATE(T)                                             \
