@@ -53,6 +53,12 @@ __device__ __forceinline__ T operand_value(float v) {
   }
 }
 
+/// The point that strided initialisation (KmeansInit::kStrided) takes for centroid j of k in a
+/// problem of len points: j * len / k, or -1 (a zero centroid) for a problem of none.
+__device__ __forceinline__ int64_t strided_point(int64_t j, int64_t len, int64_t k) {
+  return len > 0 ? j * len / k : -1;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1)

@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(256)
     const T* first;
     int64_t len;
     rows.problem(b, &first, &len);
-    const int64_t r = init == Init::kStrided ? (len > 0 ? j * len / k : -1) : drawn[item];
+    const int64_t r = init == Init::kStrided ? strided_point(j, len, k) : drawn[item];
 #pragma unroll
     for (int q = 0; q < kPerLane; ++q) {
       const int e = lane + q * kWarp;

@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     const float* from = a.centroids + (b * a.k + c) * a.d;
     // Strided, as init_kernel takes them (and written out, as it writes them): point c * n / k,
     // centred, and for cosine at unit length (a zero vector stays zero).
-    const int64_t point = len > 0 ? c * len / a.k : -1;
+    const int64_t point = strided_point(c, len, a.k);
     const T* x = first + max(point, int64_t{0}) * a.rows.ld;
     float4 v[kF];
     float s = 0.0f;
