@@ -391,11 +391,13 @@ __device__ __forceinline__ float2 shared_float2(uint32_t address) {
 
 // The centroids stay in shared memory (a slab of slab_rows at a time; the rows' minima over
 // earlier slabs are read back from the results, write_best's merge). A producer warpgroup streams
-// the block's 64-point tiles through kSlabStages stages (cp.async; centred and weighed there;
-// handed over by mbarriers) and three consumer warpgroups take the tiles in turn, each
+// the block's 64-point tiles through kSlabStages stages (cp.async; weighed there; handed over
+// by mbarriers) and three consumer warpgroups take the tiles in turn, each
 // multiplying 128 centroids at a time into its one accumulator set and then finding their minima,
 // so that the others' products keep the tensor cores busy while one takes its minima.
-// setmaxnreg moves the producer's registers to the consumers.
+// setmaxnreg moves the producer's registers to the consumers. The points are multiplied as given:
+// with means, the biases carry alpha * mean . c (Call::fold_means), which costs the consumers an
+// FMA a score where centring each tile in place cost the producer more.
 template <typename T, int kKBlocks>
 __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T> sa) {
   const AssignArgs<T>& args = sa.a;
@@ -435,9 +437,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   __syncthreads();
   if (group == kSlabConsumers) {
     // The producer. A warp moves 16 rows of each tile: lane l the 16-byte piece l % pieces of rows
-    // 16 w + kRowsPer i + l / pieces (so that a warp's copy covers whole rows), and centres and
-    // weighs those pieces once they land. It runs ahead across slabs: the slab is the
-    // consumers'.
+    // 16 w + kRowsPer i + l / pieces (so that a warp's copy covers whole rows), and weighs those
+    // pieces once they land. It runs ahead across slabs: the slab is the consumers'.
     registers_down<kProducerRegs>();
     constexpr int kRowsPer = kWarp / pieces;
     constexpr int kPasses = 16 / kRowsPer;
@@ -446,13 +447,6 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
     const int my_bytes = max(0, min(16, row_bytes - my_p * 16));
     const int64_t ld_bytes = args.rows.ld * static_cast<int64_t>(sizeof(T));
     const unsigned char* src = reinterpret_cast<const unsigned char*>(first) + my_p * 16;
-    float my_mean[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      my_mean[e] = args.means != nullptr && my_p * 8 + e < args.d
-                       ? __ldg(args.means + b * args.d + my_p * 8 + e)
-                       : 0.0f;
-    }
     const int64_t steps = (args.k + slab_rows - 1) / slab_rows * n_tiles;
     // Step g loads tile g % n_tiles of slab g / n_tiles and hands over step g - kSlabLag's.
 #pragma unroll 1
@@ -464,25 +458,17 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
         const int64_t done = g - kSlabLag;
         unsigned char* tile = stages + (done % kSlabStages) * kTileBytes;
         const int64_t row0 = start + (done % n_tiles) * 64;
-        if (args.means != nullptr) {
-          // Centred in place before rounding, so that the products carry the precision of
-          // x - mean (values past d stay 0).
-#pragma unroll
-          for (int i = 0; i < kPasses; ++i) {
-            const int r = my_r + i * kRowsPer;
-            if (row0 + r >= end) continue;
-            uint4* at = reinterpret_cast<uint4*>(tile + swizzled(64, r, my_p));
-            uint4 w = *at;
-            T* v = reinterpret_cast<T*>(&w);
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-              v[e] = from_float<T>(to_float(v[e]) - my_mean[e]);
-            *at = w;
-          }
-        }
         if (done < n_tiles && args.point_w != nullptr) {
-          // Each row's squared length (first slab only): the pieces' sums, added over the row's
-          // `pieces` lanes.
+          // Each row's squared length (first slab only) of x - mean in float32: the pieces' sums,
+          // added over the row's `pieces` lanes (the means read here: registers held through the
+          // loop spill).
+          float my_mean[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            my_mean[e] = args.means != nullptr && my_p * 8 + e < args.d
+                             ? __ldg(args.means + b * args.d + my_p * 8 + e)
+                             : 0.0f;
+          }
 #pragma unroll
           for (int i = 0; i < kPasses; ++i) {
             const int r = my_r + i * kRowsPer;
@@ -491,7 +477,7 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
             float sq = 0.0f;
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
-              const float f = to_float(v[e]);
+              const float f = to_float(v[e]) - my_mean[e];
               sq = fmaf(f, f, sq);
             }
 #pragma unroll
@@ -648,7 +634,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
             products(std::integral_constant<int, 1>(), cosine, a_addr, &empty[s], rows);
         }
       };
-      if (args.cosine) {
+      // (With means, cosine's biases are not 0: the FMA's minima.)
+      if (args.cosine && args.means == nullptr) {
         count(std::true_type());
       } else {
         count(std::false_type());
@@ -721,7 +708,29 @@ Status launch_blocks(const AssignArgs<T>& args, int64_t batch, cudaStream_t stre
   return launched(stream);
 }
 
+/// *rows = the centroids of call the slab kernel holds at once where it takes call (more
+/// centroids than one chunk, 128 dimensions or fewer, the wgmma kernels run here), else 0.
+template <typename T>
+Status slab_rows_of(const Call& call, int* rows) {
+  *rows = 0;
+  if (call.points.d > kWgmmaMaxDims || !wgmma_runs<T>()) return Status();
+  const int k_blocks = static_cast<int>((call.points.d + kAtomValues - 1) / kAtomValues);
+  if (k_blocks > 2 || call.k <= kWgmmaN) return Status();
+  const auto kernel = k_blocks == 1 ? assign_slab_kernel<T, 1> : assign_slab_kernel<T, 2>;
+  return slab_rows_for(reinterpret_cast<const void*>(kernel), call.k, k_blocks, rows);
+}
+
 }  // namespace
+
+template <typename T>
+Status assign_folds_means(const Call& call, bool* folds) {
+  *folds = false;
+  if (!call.center || call.means == nullptr) return Status();
+  int rows = 0;
+  if (Status s = slab_rows_of<T>(call, &rows); !s.ok()) return s;
+  *folds = rows > 0;
+  return Status();
+}
 
 template <typename T>
 Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched_here) {
@@ -729,18 +738,17 @@ Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched
   if (call.points.d > kWgmmaMaxDims || !wgmma_runs<T>()) return Status();
   const int k_blocks = static_cast<int>((call.points.d + kAtomValues - 1) / kAtomValues);
   const AssignArgs<T> args = assign_args<T>(call, kWgmmaRows);
-  // More centroids than one chunk, 128 dimensions or fewer: the slab kernel.
-  if (k_blocks <= 2 && call.k > kWgmmaN) {
-    int slab_rows = 0;
-    const auto kernel = k_blocks == 1 ? assign_slab_kernel<T, 1> : assign_slab_kernel<T, 2>;
-    if (Status s =
-            slab_rows_for(reinterpret_cast<const void*>(kernel), call.k, k_blocks, &slab_rows);
-        !s.ok())
-      return s;
-    if (slab_rows > 0) {
-      return k_blocks == 1 ? launch_slabs<T, 1>(call, slab_rows, stream, launched_here)
-                           : launch_slabs<T, 2>(call, slab_rows, stream, launched_here);
+  int slab_rows = 0;
+  if (Status s = slab_rows_of<T>(call, &slab_rows); !s.ok()) return s;
+  if (slab_rows > 0) {
+    if (call.center && !call.fold_means) {
+      // (fit and assign set it: an internal call that did not would be assigned wrongly.)
+      return Status(
+          StatusCode::kNotSupported,
+          std::string(kOp) + ": centred points need the means in the slab kernel's biases");
     }
+    return k_blocks == 1 ? launch_slabs<T, 1>(call, slab_rows, stream, launched_here)
+                         : launch_slabs<T, 2>(call, slab_rows, stream, launched_here);
   }
   switch (k_blocks) {
     case 1:
@@ -756,5 +764,7 @@ Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched
 
 template Status launch_assign_wgmma<__half>(const Call&, cudaStream_t, bool*);
 template Status launch_assign_wgmma<__nv_bfloat16>(const Call&, cudaStream_t, bool*);
+template Status assign_folds_means<__half>(const Call&, bool*);
+template Status assign_folds_means<__nv_bfloat16>(const Call&, bool*);
 
 }  // namespace cudaops::detail::kmeans

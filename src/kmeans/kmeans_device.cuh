@@ -142,11 +142,12 @@ struct AssignArgs {
   int d_pad;
   float alpha;
   int64_t tiles;       // blocks per problem
-  const float* means;  // [batch, d] subtracted from the points before the products, or null
+  const float* means;  // [batch, d] subtracted from the points before the products (the slab
+                       // kernel: in its biases, Call::fold_means), or null
   bool cosine;
   int32_t* labels;  // [batch, n]
   float* scores;    // [batch, n]
-  float* point_w;   // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of the rounded y); or null
+  float* point_w;   // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of y as the products take it); or null
 };
 
 /// The four lanes of a row (lane % 4) hold the minima (v, j) of its columns interleaved: each

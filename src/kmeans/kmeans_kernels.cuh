@@ -136,25 +136,28 @@ __global__ void __launch_bounds__(256)
 // ---- the operand of the products ---------------------------------------------------------------
 
 /// Each centroid rounded to the operand type (zero-padded to d_pad) and its bias, from the
-/// rounded values: L2 |c|^2, cosine 0 (the points are centred before the products). A warp per
-/// centroid.
+/// rounded values: L2 |c|^2, cosine 0 (the points are centred before the products), plus
+/// alpha * mean . c where `folded` means are given (Call::fold_means). A warp per centroid.
 template <typename T, typename C>
 __global__ void __launch_bounds__(256)
     operand_kernel(const C* centroids, int64_t batch, int64_t k, int d, int d_pad, bool cosine,
-                   T* operand, float* bias) {
+                   const float* folded, float alpha, T* operand, float* bias) {
   const int lane = threadIdx.x % kWarp;
   const int64_t item =
       static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (item >= batch * k) return;
-  float norm = 0.0f;
+  const float* mean = folded != nullptr ? folded + item / k * d : nullptr;
+  float norm = 0.0f, shift = 0.0f;
   for (int e = lane; e < d_pad; e += kWarp) {
     const T v = operand_value<T>(e < d ? to_float(centroids[item * d + e]) : 0.0f);
     operand[item * d_pad + e] = v;
     const float f = to_float(v);
     norm = fmaf(f, f, norm);
+    if (mean != nullptr && e < d) shift = fmaf(mean[e], f, shift);
   }
   norm = warp_sum(norm);
-  if (lane == 0) bias[item] = cosine ? 0.0f : norm;
+  shift = warp_sum(shift);
+  if (lane == 0) bias[item] = (cosine ? 0.0f : norm) + alpha * shift;
 }
 
 // ---- finish
@@ -297,10 +300,11 @@ __global__ void convert_kernel(const float* in, int64_t count, T* out) {
 template <typename T, typename C>
 Status launch_operand(const Call& call, const C* centroids, cudaStream_t stream) {
   const int64_t items = call.points.batch * call.k;
+  const bool cosine = call.metric == KmeansMetric::kCosine;
   operand_kernel<T, C><<<blocks_for(items, 8), 256, 0, stream>>>(
       centroids, call.points.batch, call.k, static_cast<int>(call.points.d),
-      static_cast<int>(call.d_pad), call.metric == KmeansMetric::kCosine,
-      static_cast<T*>(call.operand), call.bias);
+      static_cast<int>(call.d_pad), cosine, call.fold_means ? call.means : nullptr,
+      cosine ? 1.0f : 2.0f, static_cast<T*>(call.operand), call.bias);
   return launched(stream);
 }
 
@@ -351,11 +355,23 @@ Status launch_finish(const Call& call, const C* centroids, int32_t* out_labels,
   return launch_results<T>(call, out_labels, out_distances, sizes, objective, stream);
 }
 
+/// call with fold_means set where its assignment takes the slab kernel (sm_90a, 16-bit points).
+template <typename T>
+Status with_folded_means(const Call& given, Call* call) {
+  *call = given;
+#if !defined(CUDAOPS_NO_SM90A)
+  if constexpr (!std::is_same_v<T, float>) return assign_folds_means<T>(given, &call->fold_means);
+#endif
+  return Status();
+}
+
 }  // namespace
 
 template <typename T>
-Status fit(const Call& call, const KmeansParams& params, const KmeansResult& result,
+Status fit(const Call& given, const KmeansParams& params, const KmeansResult& result,
            cudaStream_t stream) {
+  Call call;
+  if (Status s = with_folded_means<T>(given, &call); !s.ok()) return s;
   const KmeansPoints& p = call.points;
   const int d = static_cast<int>(p.d);
   const bool cosine = call.metric == KmeansMetric::kCosine;
@@ -461,8 +477,10 @@ Status fit(const Call& call, const KmeansParams& params, const KmeansResult& res
 }
 
 template <typename T>
-Status assign(const Call& call, const KmeansCentroids& centroids, int32_t* labels, float* distances,
-              cudaStream_t stream) {
+Status assign(const Call& given, const KmeansCentroids& centroids, int32_t* labels,
+              float* distances, cudaStream_t stream) {
+  Call call;
+  if (Status s = with_folded_means<T>(given, &call); !s.ok()) return s;
   if (centroids.dtype == DType::kFloat32) {
     const auto* c = static_cast<const float*>(centroids.data);
     if (Status s = launch_operand<T, float>(call, c, stream); !s.ok()) return s;

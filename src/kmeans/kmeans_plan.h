@@ -77,6 +77,9 @@ struct Call {
   KmeansMetric metric = KmeansMetric::kL2;
   bool center = false;         // subtract `means` from the points
   bool compute_means = false;  // compute them first (kmeans with center)
+  // Where the slab kernel assigns centred points, it takes them as given and the biases carry
+  // alpha * mean . c (y . c = x . c - mean . c): set by fit and assign (assign_folds_means).
+  bool fold_means = false;
   float* means = nullptr;
   float* point_w = nullptr;
   float* centroids = nullptr;  // float32 working centroids
@@ -104,6 +107,11 @@ inline constexpr int64_t kWgmmaMaxDims = 256;
 /// whether it launched; where it did not, the caller takes the mma.sync kernel.
 template <typename T>
 Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched);
+
+/// *folds = whether call's points are centred and launch_assign takes the slab kernel for them
+/// (kmeans_assign_sm90a.cu), which folds the means into the biases (Call::fold_means).
+template <typename T>
+Status assign_folds_means(const Call& call, bool* folds);
 
 /// kmeans for points of T (T = float, __half or __nv_bfloat16).
 template <typename T>

@@ -202,6 +202,7 @@ struct SumArgs {
   int d;
   int d_pad;
   bool cosine;
+  bool fold;      // the bias carries alpha * mean . c (Call::fold_means)
   bool prefetch;  // prefetch_share: each problem's rows fit L2 a few times over
 };
 
@@ -342,7 +343,7 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
   // The centroid (zeros past d), and its operand values: every group holds the sums, so that
   // every lane takes part in the norm's shuffles.
   uint4 rounded[kQ];
-  float norm = 0.0f;
+  float norm = 0.0f, shift = 0.0f;
 #pragma unroll
   for (int q = 0; q < kQ; ++q) {
     const int c0 = (part + q * kL) * kV;
@@ -356,9 +357,13 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
       r[e] = operand_value<T>(v);
       const float f = to_float(r[e]);
       norm = fmaf(f, f, norm);
+      shift = fmaf(mu[q][e], f, shift);  // (mu is 0 past d and without means)
     }
   }
-  if (args.operand != nullptr) norm = group_sum<kL>(norm);
+  if (args.operand != nullptr) {
+    norm = group_sum<kL>(norm);
+    if (args.fold) shift = group_sum<kL>(shift);
+  }
   if (sub != 0) return;
   float* out = args.centroids + item * args.d;
 #pragma unroll
@@ -372,7 +377,10 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
       *reinterpret_cast<uint4*>(args.operand + item * args.d_pad + c0) = rounded[q];
     }
   }
-  if (args.operand != nullptr && part == 0) args.bias[item] = args.cosine ? 0.0f : norm;
+  if (args.operand != nullptr && part == 0) {
+    args.bias[item] =
+        (args.cosine ? 0.0f : norm) + (args.fold ? (args.cosine ? 1.0f : 2.0f) * shift : 0.0f);
+  }
 }
 
 // ---- re-seeding empty clusters (kFarthest) -----------------------------------------------------
@@ -486,6 +494,7 @@ Status launch_update(const Call& call, bool with_operand, cudaStream_t stream) {
                   static_cast<int>(p.d),
                   static_cast<int>(call.d_pad),
                   call.metric == KmeansMetric::kCosine,
+                  call.fold_means,
                   p.n * p.ld * static_cast<int64_t>(sizeof(T)) <= kPrefetchMost};
   const unsigned blocks = blocks_for(args.items, kSumWarps);
   with_row_lanes<T>(p.d, [&](auto lanes, auto pieces) {
