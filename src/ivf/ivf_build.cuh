@@ -150,30 +150,36 @@ struct Placement {
 
 /// A warp per (head, slot from first_slot on): CSR offsets and sizes, the largest size, the
 /// centroids in float32 and in T; slots past the call's clusters empty (offset end; with
-/// clear_rest, zero size and centroid).
+/// clear_rest, zero size and centroid). The largest size is taken per block first: an atomic a
+/// warp on the one address serialises a build's warps (hundreds of thousands).
 template <typename T>
 __global__ void __launch_bounds__(256)
     clusters_kernel(const float* centroids, const int32_t* counts, const int32_t* starts,
                     Placement at, int d, float* out_centroids, T* out_lp, int64_t* offsets,
                     int32_t* sizes, int32_t* largest) {
+  __shared__ int32_t block_largest;
   const int64_t item = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   const int64_t slots = at.max_clusters - at.first_slot;
-  if (item >= at.heads * slots) return;
-  const int64_t h = item / slots, local = item % slots, j = at.first_slot + local;
-  const int64_t slot = h * at.max_clusters + j;
+  const bool inside = item < at.heads * slots;
+  const int64_t h = inside ? item / slots : 0, local = inside ? item % slots : 0;
+  const int64_t j = at.first_slot + local, slot = h * at.max_clusters + j;
   const bool held = local < at.n_new;
-  if (lane == 0) {
+  if (threadIdx.x == 0) block_largest = 0;
+  __syncthreads();
+  if (inside && lane == 0) {
     offsets[h * (at.max_clusters + 1) + j] =
         held ? at.token_base + starts[h * at.n_new + local] : at.end;
     if (j == at.max_clusters - 1) offsets[h * (at.max_clusters + 1) + at.max_clusters] = at.end;
     if (held || at.clear_rest) {
       const int32_t count = held ? counts[h * at.n_new + local] : 0;
       sizes[slot] = count;
-      atomicMax(largest, count);
+      atomicMax(&block_largest, count);
     }
   }
-  if (!held && !at.clear_rest) return;
+  __syncthreads();
+  if (threadIdx.x == 0 && block_largest > 0) atomicMax(largest, block_largest);
+  if (!inside || (!held && !at.clear_rest)) return;
   for (int e = lane; e < d; e += 32) {
     const float v = held ? centroids[(h * at.n_new + local) * d + e] : 0.0f;
     out_centroids[slot * d + e] = v;
