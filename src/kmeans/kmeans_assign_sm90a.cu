@@ -460,8 +460,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
         const int64_t row0 = start + (done % n_tiles) * 64;
         if (done < n_tiles && args.point_w != nullptr) {
           // Each row's squared length (first slab only) of x - mean in float32: the pieces' sums,
-          // added over the row's `pieces` lanes (the means read here: registers held through the
-          // loop spill).
+          // added over the row's `pieces` lanes (the means read here, where the weights are asked
+          // for).
           float my_mean[8];
 #pragma unroll
           for (int e = 0; e < 8; ++e) {

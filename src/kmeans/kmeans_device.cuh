@@ -53,6 +53,17 @@ __device__ __forceinline__ T operand_value(float v) {
   }
 }
 
+/// The products' scale in a score, bias - alpha * y . c: L2 2 (|c|^2 - 2 y . c), cosine 1.
+__host__ __device__ inline float metric_alpha(bool cosine) {
+  return cosine ? 1.0f : 2.0f;
+}
+
+/// A centroid's bias from its rounded values: L2 |c|^2 (`norm`), cosine 0, plus
+/// alpha * mean . c (`shift`) where the means are folded into it (Call::fold_means; 0 otherwise).
+__device__ __forceinline__ float centroid_bias(bool cosine, float norm, float shift) {
+  return (cosine ? 0.0f : norm) + metric_alpha(cosine) * shift;
+}
+
 /// The point that strided initialisation (KmeansInit::kStrided) takes for centroid j of k in a
 /// problem of len points: j * len / k, or -1 (a zero centroid) for a problem of none.
 __device__ __forceinline__ int64_t strided_point(int64_t j, int64_t len, int64_t k) {
@@ -296,7 +307,7 @@ AssignArgs<T> assign_args(const Call& call, int64_t rows_per_block) {
                        call.k,
                        static_cast<int>(call.points.d),
                        static_cast<int>(call.d_pad),
-                       cosine ? 1.0f : 2.0f,
+                       metric_alpha(cosine),
                        (call.points.n + rows_per_block - 1) / rows_per_block,
                        call.center ? call.means : nullptr,
                        cosine,

@@ -136,12 +136,12 @@ __global__ void __launch_bounds__(256)
 // ---- the operand of the products ---------------------------------------------------------------
 
 /// Each centroid rounded to the operand type (zero-padded to d_pad) and its bias, from the
-/// rounded values: L2 |c|^2, cosine 0 (the points are centred before the products), plus
-/// alpha * mean . c where `folded` means are given (Call::fold_means). A warp per centroid.
+/// rounded values (centroid_bias: plus alpha * mean . c where `folded` means are given). A warp
+/// per centroid.
 template <typename T, typename C>
 __global__ void __launch_bounds__(256)
     operand_kernel(const C* centroids, int64_t batch, int64_t k, int d, int d_pad, bool cosine,
-                   const float* folded, float alpha, T* operand, float* bias) {
+                   const float* folded, T* operand, float* bias) {
   const int lane = threadIdx.x % kWarp;
   const int64_t item =
       static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(256)
   }
   norm = warp_sum(norm);
   shift = warp_sum(shift);
-  if (lane == 0) bias[item] = (cosine ? 0.0f : norm) + alpha * shift;
+  if (lane == 0) bias[item] = centroid_bias(cosine, norm, shift);
 }
 
 // ---- finish
@@ -304,7 +304,7 @@ Status launch_operand(const Call& call, const C* centroids, cudaStream_t stream)
   operand_kernel<T, C><<<blocks_for(items, 8), 256, 0, stream>>>(
       centroids, call.points.batch, call.k, static_cast<int>(call.points.d),
       static_cast<int>(call.d_pad), cosine, call.fold_means ? call.means : nullptr,
-      cosine ? 1.0f : 2.0f, static_cast<T*>(call.operand), call.bias);
+      static_cast<T*>(call.operand), call.bias);
   return launched(stream);
 }
 

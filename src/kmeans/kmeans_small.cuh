@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     }
     norm = group_sum<kC>(norm);
     shift = group_sum<kC>(shift);
-    if (active && cl < a.blocks) *peer(bias + c, cl) = (a.cosine ? 0.0f : norm) + a.alpha * shift;
+    if (active && cl < a.blocks) *peer(bias + c, cl) = centroid_bias(a.cosine, norm, shift);
   };
   const int own_first = rank * l.owned;
   const int own_end = min(a.k, own_first + l.owned);
@@ -637,7 +637,7 @@ Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bo
       static_cast<int>(call.d_pad),
       plan.blocks,
       n_iters,
-      cosine ? 1.0f : 2.0f,
+      metric_alpha(cosine),
       cosine,
       call.center ? call.means : nullptr,
       call.centroids,

@@ -378,8 +378,7 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
     }
   }
   if (args.operand != nullptr && part == 0) {
-    args.bias[item] =
-        (args.cosine ? 0.0f : norm) + (args.fold ? (args.cosine ? 1.0f : 2.0f) * shift : 0.0f);
+    args.bias[item] = centroid_bias(args.cosine, norm, args.fold ? shift : 0.0f);
   }
 }
 
