@@ -2,11 +2,14 @@
 
 // The IVF index's build (docs/ivf.md), included by one translation unit per keys' dtype
 // (ivf_build_<dtype>.cu). On the caller's stream:
-//   means:     each head's mean key (a block per head and 32 columns, a fixed order of sums),
-//              copied to every segment of the head, and the segments' row offsets;
-//   k-means:   every (head, segment) on its own, spherical, by offsets, centred by the head's mean
-//              (one batched call);
-//   labels:    the global pass (kmeans_assign against all of the head's clusters), or each
+//   means:     each head's mean key (row ranges' column sums added in a fixed order), and the
+//              segments' row offsets;
+//   centring:  the keys less their head's mean, rounded to the keys' dtype, into the index's
+//              keys (the placement overwrites them last);
+//   k-means:   every (head, segment) of the centred keys on its own, spherical, by offsets (one
+//              batched call);
+//   labels:    the global pass (kmeans_assign of the centred keys against all of the head's
+//              clusters), or each
 //              segment's labels moved past the clusters of the segments before it;
 //   grouping:  each head's tokens by cluster, ascending within one (k-means' stable sort);
 //   the index: CSR offsets, sizes and the largest, the centroids (float32 and the keys' dtype),
@@ -83,20 +86,55 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-/// Each head's mean from its parts' sums, added in order: written to the index and to each of the
-/// head's segments.
+/// Each head's mean from its parts' sums, added in order.
 __global__ void __launch_bounds__(256)
-    head_means_kernel(const float* parts, int64_t seq, int d, int64_t n_segments, float* means,
-                      float* seg_means) {
+    head_means_kernel(const float* parts, int64_t seq, int d, float* means) {
   const int64_t h = blockIdx.x;
   for (int c = threadIdx.x; c < d; c += 256) {
     float total = 0.0f;
     for (int q = 0; q < kMeanParts; ++q)
       total += parts[(h * kMeanParts + q) * d + c];
-    const float mean = total / static_cast<float>(seq);
-    means[h * d + c] = mean;
-    for (int64_t g = 0; g < n_segments; ++g)
-      seg_means[(h * n_segments + g) * d + c] = mean;
+    means[h * d + c] = total / static_cast<float>(seq);
+  }
+}
+
+/// The keys of head blockIdx.y less the head's mean, rounded to T, into `out` (the same [H, S, D]
+/// layout): each thread keeps one 16-byte piece of the row and its 8 means, and walks rows.
+template <typename T>
+__global__ void __launch_bounds__(256)
+    center_kernel(const T* keys, int64_t seq, int d, const float* means, T* out) {
+  const int pieces = d / 8, rows = 256 / pieces;
+  const int slot = static_cast<int>(threadIdx.x) / pieces, piece = threadIdx.x % pieces;
+  if (slot >= rows) return;
+  const int64_t h = blockIdx.y;
+  float mu[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+    mu[e] = means[h * d + piece * 8 + e];
+  const int64_t step = static_cast<int64_t>(gridDim.x) * rows;
+  const T* in = keys + h * seq * d + piece * 8;
+  T* to = out + h * seq * d + piece * 8;
+  constexpr int kU = 4;  // rows loaded before any is stored
+  int64_t r = static_cast<int64_t>(blockIdx.x) * rows + slot;
+  for (; r + (kU - 1) * step < seq; r += kU * step) {
+    Vec<T, 8> x[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      x[u] = load_vec<T, 8>(in + (r + u * step) * d);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        x[u].v[e] = from_float<T>(to_float(x[u].v[e]) - mu[e]);
+      store_vec<T, 8>(to + (r + u * step) * d, x[u]);
+    }
+  }
+  for (; r < seq; r += step) {
+    Vec<T, 8> x = load_vec<T, 8>(in + r * d);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x.v[e] = from_float<T>(to_float(x.v[e]) - mu[e]);
+    store_vec<T, 8>(to + r * d, x);
   }
 }
 
@@ -483,7 +521,6 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
   const int d = static_cast<int>(s.dim);
   const int64_t problems = s.heads * call.n_segments;
   int64_t* seg_offsets = at<int64_t>(ws, w.seg_offsets);
-  float* seg_means = at<float>(ws, w.seg_means);
   float* centroids = at<float>(ws, w.centroids);
   int32_t* labels = at<int32_t>(ws, w.labels);
   int32_t* counts = at<int32_t>(ws, w.counts);
@@ -496,9 +533,23 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
   head_sums_kernel<T><<<dim3(static_cast<unsigned>(s.heads), kMeanParts), 256, 0, stream>>>(
       keys, call.seq, d, mean_parts);
   if (Status st = launched(stream); !st.ok()) return st;
-  head_means_kernel<<<static_cast<unsigned>(s.heads), 256, 0, stream>>>(
-      mean_parts, call.seq, d, call.n_segments, means, seg_means);
+  head_means_kernel<<<static_cast<unsigned>(s.heads), 256, 0, stream>>>(mean_parts, call.seq, d,
+                                                                        means);
   if (Status st = launched(stream); !st.ok()) return st;
+  // The keys centred once, into the index's keys (free until the placement writes them), so that
+  // every k-means launch and the global pass multiply centred keys as given: with the means
+  // folded into each centroid's bias, every score takes one more FMA and bias load, 11 launches
+  // over (docs/ivf.md).
+  T* centred = at<T>(ix, call.index.keys);
+  {
+    const int rows = 256 / (d / 8);
+    const int64_t wanted = (call.seq + rows - 1) / rows;
+    const unsigned per_head = static_cast<unsigned>(
+        std::max<int64_t>(1, std::min<int64_t>(wanted, (4096 + s.heads - 1) / s.heads)));
+    center_kernel<T><<<dim3(per_head, static_cast<unsigned>(s.heads)), 256, 0, stream>>>(
+        keys, call.seq, d, means, centred);
+    if (Status st = launched(stream); !st.ok()) return st;
+  }
   segment_offsets_kernel<<<blocks_for(problems + 1, 256), 256, 0, stream>>>(
       s.heads, call.seq, call.n_segments, seg_offsets);
   if (Status st = launched(stream); !st.ok()) return st;
@@ -508,9 +559,10 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
   fit.centroids = centroids;  // [H * n_segments, per_segment, D] = [H, C, D]
   // One label per row of [H * S, D]; with the global pass, that pass's labels alone.
   fit.labels = call.global_pass ? nullptr : labels;
-  if (Status st = cudaops::kmeans(segment_points(s, keys, call.seq, call.n_segments, seg_offsets),
-                                  segment_params(call.per_segment, call.n_iters, seg_means), fit,
-                                  ws + w.kmeans, w.kmeans_bytes, stream);
+  if (Status st =
+          cudaops::kmeans(segment_points(s, centred, call.seq, call.n_segments, seg_offsets),
+                          segment_params(call.per_segment, call.n_iters, nullptr), fit,
+                          ws + w.kmeans, w.kmeans_bytes, stream);
       !st.ok()) {
     return st;
   }
@@ -519,9 +571,8 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
     all.data = centroids;
     all.dtype = DType::kFloat32;
     all.n_clusters = call.n_clusters;
-    all.means = means;
     if (Status st =
-            cudaops::kmeans_assign(head_points(s, keys, call.seq), all, KmeansMetric::kCosine,
+            cudaops::kmeans_assign(head_points(s, centred, call.seq), all, KmeansMetric::kCosine,
                                    labels, nullptr, ws + w.kmeans, w.kmeans_bytes, stream);
         !st.ok()) {
       return st;

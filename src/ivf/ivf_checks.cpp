@@ -139,7 +139,6 @@ Status build_layout(const char* op, const IvfShape& s, int64_t seq, const IvfBui
   Pieces p;
   l->mean_parts = p.add({s.heads, kMeanParts, s.dim, 4});
   l->seg_offsets = p.add({problems + 1, 8});
-  l->seg_means = p.add({problems, s.dim, 4});
   l->centroids = p.add({s.heads, params.n_clusters, s.dim, 4});
   l->labels = p.add({s.heads, seq, 4});
   l->counts = p.add({s.heads, params.n_clusters, 4});

@@ -26,7 +26,6 @@ inline constexpr int kMeanParts = 64;
 struct BuildLayout {
   size_t mean_parts = 0;   // [H, kMeanParts, D] float32: column sums of each head's row ranges
   size_t seg_offsets = 0;  // [H * n_segments + 1] int64: each segment's first row of [H * S, D]
-  size_t seg_means = 0;    // [H * n_segments, D] float32: its head's mean
   size_t centroids = 0;    // [H, C, D] float32: the segments' centroids, head by head
   size_t labels = 0;       // [H * S] int32
   size_t counts = 0;       // [H, C] int32
