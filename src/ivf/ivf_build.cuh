@@ -368,35 +368,47 @@ __global__ void __launch_bounds__(kFewWarps * 32)
   int count = 0;
   const int32_t* order = nullptr;
   if (labels != nullptr) {
-    // The head's labels in chunks of a token a thread, in order: the chunk's tokens of this
-    // cluster placed after the earlier chunks' (warps in order, lanes in order), and the tokens
-    // of lower clusters counted.
-    __shared__ int hits[kFewWarps], lower[kFewWarps];
+    // The head's labels (at most kFewGroupTokens), kChunks of a token a thread, all loaded before
+    // any is used; each chunk's tokens of this cluster are placed after the earlier chunks'
+    // (warps in order, lanes in order: ascending), and the tokens of lower clusters counted.
+    constexpr int kChunks = static_cast<int>(kFewGroupTokens / kThreads);
+    static_assert(kFewGroupTokens % kThreads == 0, "whole chunks");
+    __shared__ int hits[kChunks][kFewWarps], lower[kFewWarps];
     const int32_t* head_labels = labels + h * at.n_tokens;
     const int n = static_cast<int>(at.n_tokens);
+    int label[kChunks];
+    unsigned ballot[kChunks];
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int i = c * kThreads + tid;
+      label[c] = i < n ? head_labels[i] : -1;
+    }
     int below = 0;
-    for (int base = 0; base < n; base += kThreads) {
-      const int i = base + tid;
-      const int label = i < n ? head_labels[i] : -1;
-      below += label >= 0 && label < local;
-      const unsigned ballot = __ballot_sync(0xFFFFFFFFu, label == local);
-      if (lane == 0) hits[warp] = __popc(ballot);
-      __syncthreads();
-      int at_warp = count, chunk = 0;
-      for (int w = 0; w < kFewWarps; ++w) {
-        at_warp += w < warp ? hits[w] : 0;
-        chunk += hits[w];
-      }
-      if (label == local) own_rows[at_warp + __popc(ballot & ((1u << lane) - 1u))] = i;
-      count += chunk;
-      __syncthreads();  // hits are rewritten by the next chunk
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      below += label[c] >= 0 && label[c] < local;
+      ballot[c] = __ballot_sync(0xFFFFFFFFu, label[c] == local);
+      if (lane == 0) hits[c][warp] = __popc(ballot[c]);
     }
     for (int o = 16; o > 0; o >>= 1)
       below += __shfl_xor_sync(0xFFFFFFFFu, below, o);
     if (lane == 0) lower[warp] = below;
     __syncthreads();
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      int at_warp = count, chunk = 0;
+      for (int w = 0; w < kFewWarps; ++w) {
+        at_warp += w < warp ? hits[c][w] : 0;
+        chunk += hits[c][w];
+      }
+      if (label[c] == local) {
+        own_rows[at_warp + __popc(ballot[c] & ((1u << lane) - 1u))] = c * kThreads + tid;
+      }
+      count += chunk;
+    }
     for (int w = 0; w < kFewWarps; ++w)
       first += lower[w];
+    __syncthreads();  // own_rows complete
     order = own_rows;
   } else {
     first = starts[h * at.n_new + local];
