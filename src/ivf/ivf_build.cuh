@@ -98,24 +98,25 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-/// The keys of head blockIdx.y less the head's mean, rounded to T, into `out` (the same [H, S, D]
-/// layout): each thread keeps one 16-byte piece of the row and its 8 means, and walks rows.
+/// The keys of head blockIdx.x less the head's mean, rounded to T, into `out` (the same [H, S, D]
+/// layout): each thread keeps one 16-byte piece of the row and its 8 means, and walks the rows
+/// of its block (blockIdx.y of gridDim.y).
 template <typename T>
 __global__ void __launch_bounds__(256)
     center_kernel(const T* keys, int64_t seq, int d, const float* means, T* out) {
   const int pieces = d / 8, rows = 256 / pieces;
   const int slot = static_cast<int>(threadIdx.x) / pieces, piece = threadIdx.x % pieces;
   if (slot >= rows) return;
-  const int64_t h = blockIdx.y;
+  const int64_t h = blockIdx.x;
   float mu[8];
 #pragma unroll
   for (int e = 0; e < 8; ++e)
     mu[e] = means[h * d + piece * 8 + e];
-  const int64_t step = static_cast<int64_t>(gridDim.x) * rows;
+  const int64_t step = static_cast<int64_t>(gridDim.y) * rows;
   const T* in = keys + h * seq * d + piece * 8;
   T* to = out + h * seq * d + piece * 8;
   constexpr int kU = 4;  // rows loaded before any is stored
-  int64_t r = static_cast<int64_t>(blockIdx.x) * rows + slot;
+  int64_t r = static_cast<int64_t>(blockIdx.y) * rows + slot;
   for (; r + (kU - 1) * step < seq; r += kU * step) {
     Vec<T, 8> x[kU];
 #pragma unroll
@@ -549,16 +550,16 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
                                                                         means);
   if (Status st = launched(stream); !st.ok()) return st;
   // The keys centred once, into the index's keys (free until the placement writes them), so that
-  // every k-means launch and the global pass multiply centred keys as given: with the means
-  // folded into each centroid's bias, every score takes one more FMA and bias load, 11 launches
-  // over (docs/ivf.md).
+  // every k-means launch and the global pass multiply centred keys as given: the slab kernel's
+  // path without means, one FMA and bias load fewer a score (docs/ivf.md). Heads on x (any
+  // number), at most 4096 blocks in all where there are fewer heads.
   T* centred = at<T>(ix, call.index.keys);
   {
     const int rows = 256 / (d / 8);
     const int64_t wanted = (call.seq + rows - 1) / rows;
     const unsigned per_head = static_cast<unsigned>(
         std::max<int64_t>(1, std::min<int64_t>(wanted, (4096 + s.heads - 1) / s.heads)));
-    center_kernel<T><<<dim3(per_head, static_cast<unsigned>(s.heads)), 256, 0, stream>>>(
+    center_kernel<T><<<dim3(static_cast<unsigned>(s.heads), per_head), 256, 0, stream>>>(
         keys, call.seq, d, means, centred);
     if (Status st = launched(stream); !st.ok()) return st;
   }
