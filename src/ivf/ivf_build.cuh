@@ -9,8 +9,8 @@
 //   k-means:   every (head, segment) of the centred keys on its own, spherical, by offsets (one
 //              batched call);
 //   labels:    the global pass (kmeans_assign of the centred keys against all of the head's
-//              clusters), or each
-//              segment's labels moved past the clusters of the segments before it;
+//              clusters), or each segment's labels moved past the clusters of the segments
+//              before it;
 //   grouping:  each head's tokens by cluster, ascending within one (k-means' stable sort);
 //   the index: CSR offsets, sizes and the largest, the centroids (float32 and the keys' dtype),
 //              ids, keys and values copied in cluster order, each cluster's value sum in order.
