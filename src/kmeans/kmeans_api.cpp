@@ -65,6 +65,8 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
     l.counts = b.add(bk, 4);
     l.starts = b.add(bk, 4);
     l.perm = b.add(bn, 4);
+    l.prior = b.add(bn, 4);
+    l.dirty = b.add(bk, 4);
   }
   if (fit && random_init) {
     l.rows = b.add(bk, 4);
@@ -258,6 +260,8 @@ Call make_call(const KmeansPoints& points, const Layout& layout, void* workspace
   call.metric = metric;
   call.means = piece<float>(workspace, layout.means);
   call.point_w = piece<float>(workspace, layout.point_w);
+  call.prev_labels = piece<int32_t>(workspace, layout.prior);
+  call.dirty = piece<int32_t>(workspace, layout.dirty);
   call.centroids = piece<float>(workspace, layout.centroids);
   call.operand = piece<void>(workspace, layout.operand);
   call.bias = piece<float>(workspace, layout.bias);

@@ -8,10 +8,13 @@
 //   operand:    each centroid rounded to the points' dtype, zero-padded, and its bias (once: the
 //               sums write the next ones; again after each re-seeding);
 //   n_iters x:  assign (the tensor-core products fused with the arg-min: labels, scores and, for
-//               kFarthest, each point's weight; the scores never in memory as a matrix); group
-//               (each problem's points by label, in row order within a cluster: a block per
-//               problem, a counting sort by warp segments); sum (a warp per cluster adds its
-//               points in row order: no atomics, the same bits every run); re-seed (kFarthest);
+//               kFarthest, each point's weight; the scores never in memory as a matrix; the
+//               labels alternate between two buffers); mark (after the first: the clusters a
+//               point joined or left since the assignment before); group (each problem's points
+//               by label, in row order within a cluster: a block per problem, a counting sort by
+//               warp segments); sum (a warp per marked cluster adds its points in row order: no
+//               atomics, the same bits every run; an unmarked cluster's centroid stands, as
+//               adding the same rows again would give it); re-seed (kFarthest);
 //   finish:     unless only centroids are asked for: assign once more, each point's distance to
 //               its centroid in float32 (a warp per point; only for distances or the objective),
 //               then labels, sizes and the objective (summed in row order).
@@ -22,6 +25,8 @@
 // each row's running minimum of bias_j - alpha * y . c_j (y = x - mean, centred in shared memory;
 // L2: bias |c|^2, alpha 2; cosine: bias 0, alpha 1), which orders the centroids as the distance
 // does.
+#include <utility>
+
 #include "kmeans/kmeans_random.h"
 #include "kmeans/kmeans_small.cuh"
 #include "kmeans/kmeans_update.cuh"
@@ -439,8 +444,14 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
     if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
   }
   for (int iter = 0; small_blocks == 0 && iter < params.n_iters; ++iter) {
-    if (Status s = launch_assign<T>(iter == 0 ? call : again, stream); !s.ok()) return s;
-    if (Status s = launch_update<T>(call, !reseeds, stream); !s.ok()) return s;
+    // Odd iterations assign into prev_labels, so that each update has the assignment before.
+    Call step = iter == 0 ? call : again, update = call;
+    if (iter % 2 == 1 && call.prev_labels != nullptr) {
+      std::swap(step.labels, step.prev_labels);
+      std::swap(update.labels, update.prev_labels);
+    }
+    if (Status s = launch_assign<T>(step, stream); !s.ok()) return s;
+    if (Status s = launch_update<T>(update, !reseeds, iter > 0, stream); !s.ok()) return s;
     if (reseeds) {
       reseed_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(
           rows_of<T>(p), d, call.k, call.counts, call.scores, call.point_w, means, cosine,

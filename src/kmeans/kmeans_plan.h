@@ -59,6 +59,8 @@ struct Layout {
   Piece counts;     // [batch, k] int32
   Piece starts;     // [batch, k] int32: each cluster's first place in perm
   Piece perm;       // [batch, n] int32: each problem's rows grouped by label
+  Piece prior;      // [batch, n] int32: the labels of the assignment before (fit)
+  Piece dirty;      // [batch, k] int32: clusters a row joined or left since (fit)
   Piece rows;       // [batch, k] int32 (kRandom: the rows drawn)
   Piece bitmap;     // [batch, ceil(n / 32)] uint32 (kRandom)
   size_t bytes = 0;
@@ -90,6 +92,10 @@ struct Call {
   int32_t* counts = nullptr;
   int32_t* starts = nullptr;
   int32_t* perm = nullptr;
+  // The iterations' labels alternate between `labels` and `prev_labels`, so that the update knows
+  // which clusters' rows changed (`dirty`) and keeps the others' centroids as they are.
+  int32_t* prev_labels = nullptr;
+  int32_t* dirty = nullptr;
   int32_t* rows = nullptr;
   uint32_t* bitmap = nullptr;
 };

@@ -1,8 +1,11 @@
 #pragma once
 
-// Batched k-means: the update (see kmeans_kernels.cuh): each problem's points grouped by label,
-// each cluster's sum in row order, and empty clusters re-seeded.
+// Batched k-means: the update (see kmeans_kernels.cuh): the clusters whose points changed since
+// the assignment before, each problem's points grouped by label, each changed cluster's sum in
+// row order, and empty clusters re-seeded.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "kmeans/kmeans_device.cuh"
 
@@ -194,6 +197,7 @@ struct SumArgs {
   const int32_t* starts;  // [batch, k]
   const int32_t* perm;    // [batch, n]
   const float* means;     // or null
+  const int32_t* dirty;   // [batch, k]: clusters whose rows changed (mark_kernel), or null: all
   float* centroids;       // [batch, k, d]
   T* operand;             // [batch, k, d_pad], or null: not written
   float* bias;            // [batch, k] (with operand)
@@ -239,6 +243,29 @@ __device__ __forceinline__ void prefetch_share(const SumArgs<T>& args) {
 #endif
 }
 
+/// Marks each cluster that a row joined or left since the previous assignment (dirty[b, c] = 1,
+/// cleared before): labels against prev, kMarkRows rows of a problem a block.
+constexpr int kMarkRows = 1024;
+template <typename T>
+__global__ void __launch_bounds__(256)
+    mark_kernel(Rows<T> rows, int64_t k, int64_t blocks_per_problem, const int32_t* labels,
+                const int32_t* prev, int32_t* dirty) {
+  const int64_t b = blockIdx.x / blocks_per_problem;
+  const int64_t i0 = (blockIdx.x % blocks_per_problem) * kMarkRows;
+  const T* first;
+  int64_t len;
+  rows.problem(b, &first, &len);
+#pragma unroll
+  for (int u = 0; u < kMarkRows / 256; ++u) {
+    const int64_t i = i0 + u * 256 + threadIdx.x;
+    if (i >= len) break;
+    const int32_t now = labels[b * rows.n + i], before = prev[b * rows.n + i];
+    if (now == before) continue;
+    if (now >= 0 && now < k) dirty[b * k + now] = 1;
+    if (before >= 0 && before < k) dirty[b * k + before] = 1;
+  }
+}
+
 /// New centroids: a warp per cluster adds its points' working rows (y, or y / |y| for cosine) and
 /// writes their mean (cosine: their sum at unit length), and where args.operand is set, the
 /// centroid's operand row and bias as operand_kernel writes them (so that the next assignment
@@ -256,6 +283,8 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
   const int sub = lane / kL, part = lane % kL;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kSumWarps + threadIdx.x / kWarp;
   if (item >= args.items) return;
+  // The same rows in the same order as the last update's: its centroid (and operand row) stands.
+  if (args.dirty != nullptr && args.dirty[item] == 0) return;
   if (args.prefetch && threadIdx.x == 0) prefetch_share(args);
   const int64_t b = item / args.k;
   const int count = args.counts[item];
@@ -470,11 +499,34 @@ __global__ void __launch_bounds__(256)
 /// blocks work on then fit L2 (about 8 at once on an H100's 50 MB).
 constexpr int64_t kPrefetchMost = int64_t{4} << 20;
 
+/// CUDAOPS_KMEANS_UPDATE=full: every cluster's sums are added again at every update, as before
+/// the update kept the unchanged ones (read at each call, so that a test can compare the two).
+inline bool full_updates() {
+  const char* value = std::getenv("CUDAOPS_KMEANS_UPDATE");
+  return value != nullptr && std::strcmp(value, "full") == 0;
+}
+
 /// The update: the grouping, then the sums; with_operand: the sums also write the centroids'
-/// operand rows and biases (launch_operand's), for the next assignment.
+/// operand rows and biases (launch_operand's), for the next assignment. With `since`
+/// (call.prev_labels holds the previous assignment's labels), only the clusters that a row joined
+/// or left are summed again: the others' rows and their order are the same, and so are the bits
+/// of their centroids, operand rows and biases, which the last update wrote.
 template <typename T>
-Status launch_update(const Call& call, bool with_operand, cudaStream_t stream) {
+Status launch_update(const Call& call, bool with_operand, bool since, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
+  const bool marks =
+      since && call.prev_labels != nullptr && call.dirty != nullptr && !full_updates();
+  if (marks) {
+    if (const cudaError_t error = cudaMemsetAsync(
+            call.dirty, 0, static_cast<size_t>(p.batch * call.k) * sizeof(int32_t), stream);
+        error != cudaSuccess) {
+      return cuda_status(error, kOp, "clearing the changed clusters");
+    }
+    const int64_t per = std::max<int64_t>(1, (p.n + kMarkRows - 1) / kMarkRows);
+    mark_kernel<T><<<blocks_for(p.batch * per, 1), 256, 0, stream>>>(
+        rows_of<T>(p), call.k, per, call.labels, call.prev_labels, call.dirty);
+    if (Status s = launched(stream); !s.ok()) return s;
+  }
   if (Status s = launch_group(kOp, rows_of<T>(p), p.batch, call.labels, call.k, call.counts,
                               call.starts, call.perm, stream);
       !s.ok()) {
@@ -485,6 +537,7 @@ Status launch_update(const Call& call, bool with_operand, cudaStream_t stream) {
                   call.starts,
                   call.perm,
                   call.center ? call.means : nullptr,
+                  marks ? call.dirty : nullptr,
                   call.centroids,
                   with_operand ? static_cast<T*>(call.operand) : nullptr,
                   call.bias,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ostream>
 #include <random>
@@ -588,6 +589,52 @@ TEST(Kmeans, CentroidsAlone) {
         << dtype_name(dtype);
     EXPECT_EQ(alone.labels, std::vector<int32_t>(alone.labels.size(), -1));
     EXPECT_EQ(alone.sizes, std::vector<int32_t>(alone.sizes.size(), -1));
+  }
+}
+
+// An update sums again only the clusters a row joined or left since the assignment before, and
+// keeps the others' centroids as the last update computed them: the same bits as summing every
+// cluster at every update (CUDAOPS_KMEANS_UPDATE=full). Mixture data, so that clusters settle
+// within the iterations; with offsets, re-seeding and means too.
+TEST(Kmeans, KeptClustersMatchAFullUpdate) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 7.5";
+  struct Shape {
+    DType dtype;
+    KmeansMetric metric;
+    bool center;
+    KmeansEmpty empty;
+    int64_t k;
+    bool offsets;
+  };
+  for (const Shape& s :
+       {Shape{DType::kFloat16, KmeansMetric::kCosine, false, KmeansEmpty::kKeep, 100, false},
+        Shape{DType::kBFloat16, KmeansMetric::kL2, true, KmeansEmpty::kFarthest, 160, false},
+        Shape{DType::kFloat16, KmeansMetric::kL2, false, KmeansEmpty::kKeep, 600, true},
+        Shape{DType::kFloat32, KmeansMetric::kCosine, true, KmeansEmpty::kKeep, 300, false}}) {
+    Case c = Shaped(s.dtype, 4, 3000, 96, s.k);
+    c.metric = s.metric;
+    c.center = s.center;
+    c.empty = s.empty;
+    c.iters = 8;
+    if (s.offsets) c.lengths = {3000, 2211, 2600, 2999};
+    const ref::KmeansLayout layout = LayoutOf(c);
+    const HostArray x = MixturePoints(s.dtype, layout, RowsOf(layout), 30, 11);
+    Fit kept, full;
+    ASSERT_TRUE(RunFit(c, layout, x, {}, nullptr, &kept));
+    ASSERT_EQ(setenv("CUDAOPS_KMEANS_UPDATE", "full", 1), 0);
+    const ::testing::AssertionResult ran = RunFit(c, layout, x, {}, nullptr, &full);
+    unsetenv("CUDAOPS_KMEANS_UPDATE");
+    ASSERT_TRUE(ran);
+    EXPECT_EQ(kept.labels, full.labels) << c;
+    EXPECT_EQ(kept.sizes, full.sizes) << c;
+    EXPECT_EQ(std::memcmp(kept.centroids.data(), full.centroids.data(),
+                          kept.centroids.size() * sizeof(double)),
+              0)
+        << c;
+    EXPECT_EQ(std::memcmp(kept.objective.data(), full.objective.data(),
+                          kept.objective.size() * sizeof(float)),
+              0)
+        << c;
   }
 }
 
