@@ -66,7 +66,9 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
     l.starts = b.add(bk, 4);
     l.perm = b.add(bn, 4);
     l.prior = b.add(bn, 4);
-    l.dirty = b.add(bk, 4);
+    int64_t flags = 0;
+    if (!checked_add(bk, batch, &flags)) b.overflow = true;
+    l.dirty = b.add(flags, 4);
   }
   if (fit && random_init) {
     l.rows = b.add(bk, 4);
@@ -262,6 +264,7 @@ Call make_call(const KmeansPoints& points, const Layout& layout, void* workspace
   call.point_w = piece<float>(workspace, layout.point_w);
   call.prev_labels = piece<int32_t>(workspace, layout.prior);
   call.dirty = piece<int32_t>(workspace, layout.dirty);
+  call.moved = call.dirty != nullptr ? call.dirty + layout.batch * layout.k : nullptr;
   call.centroids = piece<float>(workspace, layout.centroids);
   call.operand = piece<void>(workspace, layout.operand);
   call.bias = piece<float>(workspace, layout.bias);

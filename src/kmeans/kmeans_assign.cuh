@@ -34,7 +34,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
   const T* first;
   int64_t len;
   args.rows.problem(b, &first, &len);
-  if (row0 >= len) return;
+  if (row0 >= len || (args.moved != nullptr && args.moved[b] == 0)) return;
   const int chunks16 = args.d_pad * static_cast<int>(sizeof(T)) / 16;  // 16-byte pieces of a row
   const int row_valid_bytes = args.d * static_cast<int>(sizeof(T));
   // The block's points: rows past the problem's end and values past d are zero.

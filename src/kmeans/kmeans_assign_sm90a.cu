@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, kKBlocks <= 2 ? 2 : 1)
   const T* first;
   int64_t len;
   args.rows.problem(b, &first, &len);
-  if (row0 >= len) return;
+  if (row0 >= len || (args.moved != nullptr && args.moved[b] == 0)) return;
   constexpr int pieces = kKBlocks * 8;  // 16-byte pieces of a row across K
   const int tid = static_cast<int>(threadIdx.x);
 
@@ -421,7 +421,7 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   int64_t len;
   args.rows.problem(b, &first, &len);
   const int64_t end = min(start + sa.range, len);
-  if (start >= end) return;
+  if (start >= end || (args.moved != nullptr && args.moved[b] == 0)) return;
   const int tid = static_cast<int>(threadIdx.x);
   // (warp-uniform to the compiler: the products are not issued under a divergent branch)
   const int group = __shfl_sync(kFull, tid / kWgThreads, 0), gtid = tid % kWgThreads;

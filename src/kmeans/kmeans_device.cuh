@@ -159,6 +159,9 @@ struct AssignArgs {
   int32_t* labels;  // [batch, n]
   float* scores;    // [batch, n]
   float* point_w;   // [batch, n]: cosine 1 / |y|, L2 |y|^2 (of y as the products take it); or null
+  // [batch]: 0 where no point changed cluster at the last update, so that no centroid moved and
+  // the labels and scores from before stand (Call::moved); or null: every problem assigned
+  const int32_t* moved;
 };
 
 /// The four lanes of a row (lane % 4) hold the minima (v, j) of its columns interleaved: each
@@ -313,7 +316,8 @@ AssignArgs<T> assign_args(const Call& call, int64_t rows_per_block) {
                        cosine,
                        call.labels,
                        call.scores,
-                       call.point_w};
+                       call.point_w,
+                       call.moved};
 }
 
 inline Status launched(cudaStream_t stream) {

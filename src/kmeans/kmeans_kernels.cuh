@@ -426,6 +426,7 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
   // The points' weights do not change: the first assignment writes them, the others reuse them.
   Call again = call;
   again.point_w = nullptr;
+  again.moved = nullptr;  // (every assignment but the loop's own, below, assigns every problem)
   // Labels alone are written by the small problems' kernel where they go.
   const bool labels_alone =
       result.labels != nullptr && result.sizes == nullptr && result.objective == nullptr;
@@ -446,6 +447,9 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
   for (int iter = 0; small_blocks == 0 && iter < params.n_iters; ++iter) {
     // Odd iterations assign into prev_labels, so that each update has the assignment before.
     Call step = iter == 0 ? call : again, update = call;
+    // From the third on, a problem none of whose points changed at the last update keeps its
+    // labels and scores (no centroid moved); not where re-seeding may move its empty clusters'.
+    step.moved = iter >= 2 && !reseeds && marks_changes(call) ? call.moved : nullptr;
     if (iter % 2 == 1 && call.prev_labels != nullptr) {
       std::swap(step.labels, step.prev_labels);
       std::swap(update.labels, update.prev_labels);

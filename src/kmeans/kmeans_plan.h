@@ -60,7 +60,7 @@ struct Layout {
   Piece starts;     // [batch, k] int32: each cluster's first place in perm
   Piece perm;       // [batch, n] int32: each problem's rows grouped by label
   Piece prior;      // [batch, n] int32: the labels of the assignment before (fit)
-  Piece dirty;      // [batch, k] int32: clusters a row joined or left since (fit)
+  Piece dirty;      // batch x k + batch int32: clusters a row joined or left since; moved
   Piece rows;       // [batch, k] int32 (kRandom: the rows drawn)
   Piece bitmap;     // [batch, ceil(n / 32)] uint32 (kRandom)
   size_t bytes = 0;
@@ -96,6 +96,10 @@ struct Call {
   // which clusters' rows changed (`dirty`) and keeps the others' centroids as they are.
   int32_t* prev_labels = nullptr;
   int32_t* dirty = nullptr;
+  // [batch] after dirty: whether any of a problem's points changed cluster at the last update.
+  // Where none did, no centroid moved, so the grouping and the next assignment of that problem
+  // are skipped (its labels, in both buffers, and its scores stand).
+  int32_t* moved = nullptr;
   int32_t* rows = nullptr;
   uint32_t* bitmap = nullptr;
 };

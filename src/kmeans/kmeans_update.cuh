@@ -77,12 +77,13 @@ __device__ __forceinline__ void same_labels(const int (&label)[kN], int bits,
 template <typename T>
 __global__ void __maxnreg__(32)
     group_kernel(Rows<T> rows, const int32_t* labels, int k, bool staged, int32_t* counts,
-                 int32_t* starts, int32_t* perm) {
+                 int32_t* starts, int32_t* perm, const int32_t* moved) {
   __shared__ int32_t totals[kGroupMaxWarps];
   extern __shared__ int32_t table[];  // [warps][k], then with `staged` the perm [rows.n]
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
   const int64_t b = blockIdx.x;
+  if (moved != nullptr && moved[b] == 0) return;  // the same labels: counts and starts stand
   const T* first;
   int64_t len;
   rows.problem(b, &first, &len);
@@ -169,8 +170,8 @@ __global__ void __maxnreg__(32)
 /// without costing a block its place beside another.
 template <typename T>
 Status launch_group(const char* op, const Rows<T>& rows, int64_t batch, const int32_t* labels,
-                    int64_t k, int32_t* counts, int32_t* starts, int32_t* perm,
-                    cudaStream_t stream) {
+                    int64_t k, int32_t* counts, int32_t* starts, int32_t* perm, cudaStream_t stream,
+                    const int32_t* moved = nullptr) {
   const void* kernel = reinterpret_cast<const void*>(group_kernel<T>);
   size_t room = 0;
   if (Status s = max_dynamic_smem(op, kernel, &room); !s.ok()) return s;
@@ -186,7 +187,7 @@ Status launch_group(const char* op, const Rows<T>& rows, int64_t batch, const in
   if (Status s = allow_dynamic_smem(op, kernel, smem); !s.ok()) return s;
   group_kernel<T>
       <<<static_cast<unsigned>(batch), static_cast<unsigned>(warps * kWarp), smem, stream>>>(
-          rows, labels, static_cast<int>(k), staged, counts, starts, perm);
+          rows, labels, static_cast<int>(k), staged, counts, starts, perm, moved);
   return launched(stream);
 }
 
@@ -244,12 +245,13 @@ __device__ __forceinline__ void prefetch_share(const SumArgs<T>& args) {
 }
 
 /// Marks each cluster that a row joined or left since the previous assignment (dirty[b, c] = 1,
-/// cleared before): labels against prev, kMarkRows rows of a problem a block.
+/// cleared before), and each problem where any did (moved[b] = 1): labels against prev,
+/// kMarkRows rows of a problem a block.
 constexpr int kMarkRows = 1024;
 template <typename T>
 __global__ void __launch_bounds__(256)
     mark_kernel(Rows<T> rows, int64_t k, int64_t blocks_per_problem, const int32_t* labels,
-                const int32_t* prev, int32_t* dirty) {
+                const int32_t* prev, int32_t* dirty, int32_t* moved) {
   const int64_t b = blockIdx.x / blocks_per_problem;
   const int64_t i0 = (blockIdx.x % blocks_per_problem) * kMarkRows;
   const T* first;
@@ -261,6 +263,7 @@ __global__ void __launch_bounds__(256)
     if (i >= len) break;
     const int32_t now = labels[b * rows.n + i], before = prev[b * rows.n + i];
     if (now == before) continue;
+    moved[b] = 1;
     if (now >= 0 && now < k) dirty[b * k + now] = 1;
     if (before >= 0 && before < k) dirty[b * k + before] = 1;
   }
@@ -506,6 +509,12 @@ inline bool full_updates() {
   return value != nullptr && std::strcmp(value, "full") == 0;
 }
 
+/// Whether a fit's updates mark the clusters and problems whose points changed (Call::dirty,
+/// Call::moved) from the second on.
+inline bool marks_changes(const Call& call) {
+  return call.prev_labels != nullptr && call.dirty != nullptr && !full_updates();
+}
+
 /// The update: the grouping, then the sums; with_operand: the sums also write the centroids'
 /// operand rows and biases (launch_operand's), for the next assignment. With `since`
 /// (call.prev_labels holds the previous assignment's labels), only the clusters that a row joined
@@ -514,21 +523,21 @@ inline bool full_updates() {
 template <typename T>
 Status launch_update(const Call& call, bool with_operand, bool since, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
-  const bool marks =
-      since && call.prev_labels != nullptr && call.dirty != nullptr && !full_updates();
+  const bool marks = since && marks_changes(call);
   if (marks) {
     if (const cudaError_t error = cudaMemsetAsync(
-            call.dirty, 0, static_cast<size_t>(p.batch * call.k) * sizeof(int32_t), stream);
+            call.dirty, 0, static_cast<size_t>(p.batch * call.k + p.batch) * sizeof(int32_t),
+            stream);
         error != cudaSuccess) {
       return cuda_status(error, kOp, "clearing the changed clusters");
     }
     const int64_t per = std::max<int64_t>(1, (p.n + kMarkRows - 1) / kMarkRows);
     mark_kernel<T><<<blocks_for(p.batch * per, 1), 256, 0, stream>>>(
-        rows_of<T>(p), call.k, per, call.labels, call.prev_labels, call.dirty);
+        rows_of<T>(p), call.k, per, call.labels, call.prev_labels, call.dirty, call.moved);
     if (Status s = launched(stream); !s.ok()) return s;
   }
   if (Status s = launch_group(kOp, rows_of<T>(p), p.batch, call.labels, call.k, call.counts,
-                              call.starts, call.perm, stream);
+                              call.starts, call.perm, stream, marks ? call.moved : nullptr);
       !s.ok()) {
     return s;
   }
