@@ -441,6 +441,7 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
   // The operand rows of the initial centroids; then each update's sums write those of the new
   // ones, except where empty clusters are re-seeded after them.
   const bool reseeds = params.empty == KmeansEmpty::kFarthest;
+  const bool marks = small_blocks == 0 && marks_changes(call);
   if (small_blocks == 0) {
     if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
   }
@@ -449,13 +450,13 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
     Call step = iter == 0 ? call : again, update = call;
     // From the third on, a problem none of whose points changed at the last update keeps its
     // labels and scores (no centroid moved); not where re-seeding may move its empty clusters'.
-    step.moved = iter >= 2 && !reseeds && marks_changes(call) ? call.moved : nullptr;
+    step.moved = iter >= 2 && !reseeds && marks ? call.moved : nullptr;
     if (iter % 2 == 1 && call.prev_labels != nullptr) {
       std::swap(step.labels, step.prev_labels);
       std::swap(update.labels, update.prev_labels);
     }
     if (Status s = launch_assign<T>(step, stream); !s.ok()) return s;
-    if (Status s = launch_update<T>(update, !reseeds, iter > 0, stream); !s.ok()) return s;
+    if (Status s = launch_update<T>(update, !reseeds, iter > 0 && marks, stream); !s.ok()) return s;
     if (reseeds) {
       reseed_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(
           rows_of<T>(p), d, call.k, call.counts, call.scores, call.point_w, means, cosine,

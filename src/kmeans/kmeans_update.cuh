@@ -510,20 +510,20 @@ inline bool full_updates() {
 }
 
 /// Whether a fit's updates mark the clusters and problems whose points changed (Call::dirty,
-/// Call::moved) from the second on.
+/// Call::moved) from the second on: asked once a fit, so that its assignments and updates agree.
 inline bool marks_changes(const Call& call) {
   return call.prev_labels != nullptr && call.dirty != nullptr && !full_updates();
 }
 
 /// The update: the grouping, then the sums; with_operand: the sums also write the centroids'
-/// operand rows and biases (launch_operand's), for the next assignment. With `since`
-/// (call.prev_labels holds the previous assignment's labels), only the clusters that a row joined
-/// or left are summed again: the others' rows and their order are the same, and so are the bits
-/// of their centroids, operand rows and biases, which the last update wrote.
+/// operand rows and biases (launch_operand's), for the next assignment. With `marks`
+/// (marks_changes, and call.prev_labels holds the previous assignment's labels), only the
+/// clusters that a row joined or left are summed again: the others' rows and their order are the
+/// same, and so are the bits of their centroids, operand rows and biases, which the last update
+/// wrote.
 template <typename T>
-Status launch_update(const Call& call, bool with_operand, bool since, cudaStream_t stream) {
+Status launch_update(const Call& call, bool with_operand, bool marks, cudaStream_t stream) {
   const KmeansPoints& p = call.points;
-  const bool marks = since && marks_changes(call);
   if (marks) {
     if (const cudaError_t error = cudaMemsetAsync(
             call.dirty, 0, static_cast<size_t>(p.batch * call.k + p.batch) * sizeof(int32_t),
