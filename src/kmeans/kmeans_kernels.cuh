@@ -432,9 +432,9 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
       result.labels != nullptr && result.sizes == nullptr && result.objective == nullptr;
   if (small_blocks > 0) {
     // The points' distances only where the objective is asked for.
-    if (Status s = launch_small_fit<T>(call, params.n_iters, small, strided_init,
-                                       result.objective != nullptr,
-                                       labels_alone ? result.labels : nullptr, stream);
+    if (Status s = launch_small_fit<T>(
+            call, params.n_iters, small, strided_init, result.objective != nullptr,
+            labels_alone ? result.labels : nullptr, !full_updates(), stream);
         !s.ok())
       return s;
   }

@@ -14,6 +14,9 @@
 //   3. block r owns clusters [r * owned, (r + 1) * owned): it adds the blocks' sums of each in
 //      rank order (read through the cluster), writes the new centroid and its operand and bias
 //      into every block (half a warp per cluster).
+// From the second assignment on, steps 2 and 3 sum and update only the clusters a point joined or
+// left (the others' sums and centroids would be the same bits), and once no point of the problem
+// moved the fit is done: the centroids are final and the labels those the last assignment gives.
 // Then the last assignment: labels and, where asked for, each point's distance to its centroid.
 // The same order of additions every run, so the same bits; two cluster barriers per iteration;
 // the points are read from memory once.
@@ -46,8 +49,9 @@ struct SmallLayout {
   int k_pad = 0;      // centroids rounded up to whole chunks
   int owned = 0;      // clusters per block
   int rows = 0;       // points per block
+  int k_words = 0;    // words of a bit per cluster
   int x = 0, operand = 0, sums = 0, mu = 0, bias = 0, w = 0, label = 0, perm = 0, tile_count = 0,
-      count = 0, start = 0, bytes = 0;
+      count = 0, start = 0, dirty = 0, dirty_all = 0, changed = 0, bytes = 0;
 };
 
 __host__ __device__ inline int small_align(int bytes) {
@@ -61,6 +65,7 @@ __host__ __device__ inline SmallLayout small_layout(int k, int d_pad, int elemen
   l.row_bytes = smem_row_bytes(d_pad, element);
   l.k_pad = (k + kChunk - 1) / kChunk * kChunk;
   l.owned = (k + blocks - 1) / blocks;
+  l.k_words = (k + 31) / 32;
   int at = 0;
   auto take = [&at](int bytes) {
     const int here = at;
@@ -78,6 +83,9 @@ __host__ __device__ inline SmallLayout small_layout(int k, int d_pad, int elemen
   l.tile_count = take(rows / 32 * k * 4);
   l.count = take(k * 4);
   l.start = take(k * 4);
+  l.dirty = take(l.k_words * 4);
+  l.dirty_all = take(kSmallMaxBlocks * l.k_words * 4);
+  l.changed = take(k * 4);
   l.bytes = at;
   return l;
 }
@@ -101,6 +109,8 @@ struct SmallArgs {
   int32_t* labels;         // the last assignment's: [batch, n], or by the rows' offsets
   bool labels_by_offsets;  // problem b's labels start at rows.offsets[b] (where given)
   float* distances;  // [batch, n]: each point's distance to its centroid, or null: not asked for
+  bool keeps;        // from the second assignment on, only the clusters a point joined or left are
+                     // summed and updated, and the fit ends once no point moves (marks_changes)
 };
 
 /// A piece of 16 bytes of T as floats.
@@ -136,6 +146,11 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   int* tile_count = reinterpret_cast<int*>(smem + l.tile_count);  // [groups][k]
   int* count = reinterpret_cast<int*>(smem + l.count);
   int* start = reinterpret_cast<int*>(smem + l.start);
+  // The clusters a point of the block joined or left at this assignment (a bit each), every
+  // block's of the problem (written by each into all), and the block's changed ones in order.
+  uint32_t* dirty = reinterpret_cast<uint32_t*>(smem + l.dirty);
+  uint32_t* dirty_all = reinterpret_cast<uint32_t*>(smem + l.dirty_all);
+  int* changed = reinterpret_cast<int*>(smem + l.changed);
 
   const int rank = static_cast<int>(blockIdx.x % a.blocks);
   const int64_t b = blockIdx.x / a.blocks;
@@ -299,12 +314,19 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   }
   sync_all();  // every block has every operand row
 
+  // Every cluster's bit: the first assignment, or every one without a.keeps.
+  auto every_cluster = [&](int word) {
+    return (word + 1) * 32 <= a.k ? ~0u : (1u << (a.k % 32)) - 1u;
+  };
+  for (int word = tid; word < l.k_words; word += kSmallThreads)
+    dirty[word] = every_cluster(word);
   const int g = lane / 4, t = lane % 4;
   const int b_row = (lane % 8) + 8 * (lane / 16);
   const int b_half = ((lane / 8) % 2) * 16;
   const int steps = a.d_pad * static_cast<int>(sizeof(T)) / 32;
-  // Each warp's kTile points against every centroid: their labels.
-  auto assign_points = [&] {
+  // Each warp's kTile points against every centroid: their labels; with `mark`, the clusters a
+  // point left and joined are marked.
+  auto assign_points = [&](bool mark) {
     if (warp * kTile < rows_here) {
       const unsigned char* a_base =
           x_tile + (warp * kTile + (lane % 16)) * l.row_bytes + (lane / 16) * 16;
@@ -326,17 +348,32 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
           int j = best_j[m][h];
           row_minimum(v, j);
           // No score at all (NaN rows) takes label 0, as the assignment does.
-          if (t == 0) label[warp * kTile + m * 16 + h * 8 + g] = j == INT32_MAX ? 0 : j;
+          const int r = warp * kTile + m * 16 + h * 8 + g;
+          const int now = j == INT32_MAX ? 0 : j;
+          if (t == 0 && mark && r < rows_here) {
+            const int before = label[r];
+            if (before != now) {
+              atomicOr(dirty + before / 32, 1u << (before % 32));
+              atomicOr(dirty + now / 32, 1u << (now % 32));
+            }
+          }
+          if (t == 0) label[r] = now;
         }
       }
     }
   };
+  bool settled = false;  // no point moved at the last assignment: its labels are the fit's
   for (int iter = 0; iter < a.n_iters; ++iter) {
     // 1. The labels.
     for (int idx = tid; idx < groups * a.k; idx += kSmallThreads)
       tile_count[idx] = 0;
-    assign_points();
+    assign_points(a.keeps && iter > 0);
     __syncthreads();
+    if (a.keeps) {
+      for (int idx = tid; idx < a.blocks * l.k_words; idx += kSmallThreads)
+        *peer(dirty_all + rank * l.k_words + idx % l.k_words, idx / l.k_words) =
+            dirty[idx % l.k_words];
+    }
     // 2. The block's points grouped by label, in row order: each point's place among its
     // cluster's points of the 32-row groups before its own and in its own.
     const int i = warp * 32 + lane;
@@ -346,6 +383,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     if (mine >= 0 && before_in_tile == 0) tile_count[warp * a.k + mine] = __popc(same);
     __syncthreads();
     int total = 0;
+    bool is_changed = false;
     if (tid < a.k) {
       for (int v = 0; v < groups; ++v) {
         const int here = tile_count[v * a.k + tid];
@@ -353,23 +391,32 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
         total += here;
       }
       count[tid] = total;
+      is_changed = (dirty[tid / 32] >> (tid % 32)) & 1u;
     }
-    int first_place = 0;
+    // One scan for both: the clusters' first places (at most kSmallMaxRows, in the low 16 bits)
+    // and the changed clusters' places in their list.
+    int first_place = 0, all = 0;
     {
       using Scan = cub::BlockScan<int, kSmallThreads>;
       __shared__ typename Scan::TempStorage scan;
-      Scan(scan).ExclusiveSum(total, first_place);
+      Scan(scan).ExclusiveSum(total + (is_changed ? 1 << 16 : 0), first_place, all);
     }
-    if (tid < a.k) start[tid] = first_place;
+    const int n_changed = all >> 16;
+    if (tid < a.k) {
+      start[tid] = first_place & 0xFFFF;
+      if (is_changed) changed[first_place >> 16] = tid;
+    }
     __syncthreads();
     if (mine >= 0) perm[start[mine] + tile_count[warp * a.k + mine] + before_in_tile] = i;
     __syncthreads();
-    // Each cluster's sum over the block's points (x - mean, times the weight): the lanes' groups
-    // take every kR-th point in row order, and are added in a fixed order.
+    // Each changed cluster's sum over the block's points (x - mean, times the weight): the lanes'
+    // groups take every kR-th point in row order, and are added in a fixed order. The others' are
+    // the block's sums of the same points, kept from before.
     {
       float m[kV];
       piece_mean(m);
-      for (int c = warp; c < a.k; c += kSmallWarps) {
+      for (int j = warp; j < n_changed; j += kSmallWarps) {
+        const int c = changed[j];
         float acc[kV] = {};
         const int n_c = count[c], s_c = start[c];
         for (int p0 = 0; p0 < n_c; p0 += kR * kU) {
@@ -403,12 +450,32 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
         }
       }
     }
-    sync_all();  // every block's sums and counts are written
+    sync_all();  // every block's sums, counts and changed clusters are written
+    if (a.keeps) {
+      // No point of the problem moved: the centroids are those the last update computed, and
+      // assigning again gives these labels.
+      bool moved = false;
+      for (int idx = lane; idx < a.blocks * l.k_words; idx += kWarp)
+        moved = moved || dirty_all[idx] != 0u;
+      if (!__any_sync(kFull, moved)) {
+        settled = true;
+        break;
+      }
+    }
+    for (int word = tid; word < l.k_words; word += kSmallThreads)
+      dirty[word] = a.keeps ? 0u : every_cluster(word);  // for the next assignment's marks
 
-    // 3. The owned clusters: the blocks' sums added in rank order.
+    // 3. The owned clusters that changed in any block: the blocks' sums added in rank order.
+    auto changed_anywhere = [&](int c) {
+      uint32_t bits = 0;
+      for (int rb = 0; rb < a.blocks; ++rb)
+        bits |= dirty_all[rb * l.k_words + c / 32];
+      return ((bits >> (c % 32)) & 1u) != 0u;
+    };
     for (int c0 = own_first + warp * (kWarp / kC); c0 < own_end; c0 += kRound) {
       const int c = c0 + half;
-      const bool active = c < own_end;
+      const bool active = c < own_end && (!a.keeps || changed_anywhere(c));
+      if (!__any_sync(kFull, active)) continue;
       // Added as they arrive, in rank order (each rank's pieces held at once, not every rank's:
       // the registers are the products').
       float4 v[kF];
@@ -446,10 +513,13 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     }
     sync_all();  // every operand row is new, and the sums and groups may be rewritten
   }
-  // The last assignment, against the fitted centroids: labels, and each point's distance to its
-  // centroid in float32 (as kmeans_kernels.cuh's distance_kernel computes it).
-  assign_points();
-  __syncthreads();
+  // The last assignment, against the fitted centroids (where the fit settled, the labels are
+  // those already), then each point's distance to its centroid in float32 (as
+  // kmeans_kernels.cuh's distance_kernel computes it).
+  if (!settled) {
+    assign_points(false);
+    __syncthreads();
+  }
   const int64_t label_base =
       a.labels_by_offsets && a.rows.offsets != nullptr ? a.rows.offsets[b] : b * a.rows.n;
   for (int r = tid; r < rows_here; r += kSmallThreads)
@@ -625,10 +695,11 @@ Status launch_small_kernel(const SmallArgs<T>& args, int64_t batch, size_t smem,
 /// per problem: call.centroids holds the initial centroids (with strided_init, the kernel takes
 /// and writes them there), and the fitted ones after;
 /// call.labels the last labels, or `out_labels` (by the rows' offsets, as results are) where
-/// given, and, with `distances`, call.scores each point's distance to its centroid.
+/// given, and, with `distances`, call.scores each point's distance to its centroid. With `keeps`,
+/// the updates skip the clusters no point joined or left, and a problem ends once none moves.
 template <typename T>
 Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bool strided_init,
-                        bool distances, int32_t* out_labels, cudaStream_t stream) {
+                        bool distances, int32_t* out_labels, bool keeps, cudaStream_t stream) {
   const bool cosine = call.metric == KmeansMetric::kCosine;
   const SmallArgs<T> args{
       rows_of<T>(call.points),
@@ -647,7 +718,8 @@ Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bo
       call.points.d % 4 == 0 && reinterpret_cast<uintptr_t>(call.centroids) % 16 == 0,
       out_labels != nullptr ? out_labels : call.labels,
       out_labels != nullptr,
-      distances ? call.scores : nullptr};
+      distances ? call.scores : nullptr,
+      keeps};
   // Rows of at most 32 pieces (plan_small_fit): one piece a lane.
   return with_row_lanes<T>(call.d_pad, [&](auto lanes, auto pieces) {
     if constexpr (decltype(pieces)::value == 1) {

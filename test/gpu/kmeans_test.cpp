@@ -595,7 +595,8 @@ TEST(Kmeans, CentroidsAlone) {
 // An update sums again only the clusters a row joined or left since the assignment before, and
 // keeps the others' centroids as the last update computed them: the same bits as summing every
 // cluster at every update (CUDAOPS_KMEANS_UPDATE=full). Mixture data, so that clusters settle
-// within the iterations; with offsets, re-seeding and means too.
+// within the iterations; with offsets, re-seeding and means too. The last three shapes take the
+// small problems' kernel, which also ends a problem's fit once no point moves.
 TEST(Kmeans, KeptClustersMatchAFullUpdate) {
   if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 7.5";
   struct Shape {
@@ -604,19 +605,35 @@ TEST(Kmeans, KeptClustersMatchAFullUpdate) {
     bool center;
     KmeansEmpty empty;
     int64_t k;
-    bool offsets;
+    int64_t n;
+    std::vector<int64_t> lengths;  // empty: no offsets
   };
   for (const Shape& s :
-       {Shape{DType::kFloat16, KmeansMetric::kCosine, false, KmeansEmpty::kKeep, 100, false},
-        Shape{DType::kBFloat16, KmeansMetric::kL2, true, KmeansEmpty::kFarthest, 160, false},
-        Shape{DType::kFloat16, KmeansMetric::kL2, false, KmeansEmpty::kKeep, 600, true},
-        Shape{DType::kFloat32, KmeansMetric::kCosine, true, KmeansEmpty::kKeep, 300, false}}) {
-    Case c = Shaped(s.dtype, 4, 3000, 96, s.k);
+       {Shape{DType::kFloat16, KmeansMetric::kCosine, false, KmeansEmpty::kKeep, 100, 3000, {}},
+        Shape{DType::kBFloat16, KmeansMetric::kL2, true, KmeansEmpty::kFarthest, 160, 3000, {}},
+        Shape{DType::kFloat16,
+              KmeansMetric::kL2,
+              false,
+              KmeansEmpty::kKeep,
+              600,
+              3000,
+              {3000, 2211, 2600, 2999}},
+        Shape{DType::kFloat32, KmeansMetric::kCosine, true, KmeansEmpty::kKeep, 300, 3000, {}},
+        Shape{DType::kFloat16,
+              KmeansMetric::kCosine,
+              true,
+              KmeansEmpty::kKeep,
+              64,
+              1024,
+              {1024, 700, 1, 1023}},
+        Shape{DType::kBFloat16, KmeansMetric::kL2, false, KmeansEmpty::kKeep, 40, 2000, {}},
+        Shape{DType::kFloat32, KmeansMetric::kCosine, false, KmeansEmpty::kKeep, 20, 300, {}}}) {
+    Case c = Shaped(s.dtype, 4, s.n, 96, s.k);
     c.metric = s.metric;
     c.center = s.center;
     c.empty = s.empty;
     c.iters = 8;
-    if (s.offsets) c.lengths = {3000, 2211, 2600, 2999};
+    c.lengths = s.lengths;
     const ref::KmeansLayout layout = LayoutOf(c);
     const HostArray x = MixturePoints(s.dtype, layout, RowsOf(layout), 30, 11);
     Fit kept, full;
