@@ -69,4 +69,12 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
+/// *p, loaded so that this thread's later loads see what was written before the release of the
+/// value read (ld.acquire.gpu): for counts that a kernel running at the same time raises.
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 }  // namespace cudaops::detail

@@ -14,7 +14,9 @@
 //   grouping:  each head's tokens by cluster, ascending within one (k-means' stable sort);
 //   the index: CSR offsets, sizes and the largest, the centroids (float32 and the keys' dtype),
 //              ids, keys and values copied in cluster order, each cluster's value sum in order.
+#include "core/cluster.cuh"
 #include "core/launch.h"
+#include "core/launch_config.h"
 #include "core/vector.cuh"
 #include "ivf/ivf_plan.h"
 #include "kmeans/kmeans_update.cuh"
@@ -185,6 +187,11 @@ struct Placement {
   int64_t n_tokens = 0;    // tokens of this call per head
   int64_t end = 0;         // token_base + n_tokens
   int64_t capacity = 0;
+  // With few_groups: where not null, each head's labels and centroids are ready once done[h]
+  // reaches `need` (k-means' small problems' kernel counts its blocks there), so that the
+  // placement may start before that kernel ends and place each head as soon as it is fitted.
+  const int32_t* done = nullptr;
+  int need = 0;
 };
 
 /// A warp per (head, slot from first_slot on): CSR offsets and sizes, the largest size, the
@@ -365,6 +372,13 @@ __global__ void __launch_bounds__(kFewWarps * 32)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   constexpr int kThreads = kFewWarps * 32;
   const int64_t j = at.first_slot + local, slot = h * at.max_clusters + j;
+  if (at.done != nullptr) {
+    if (tid == 0) {
+      while (load_acquire(at.done + h) < at.need)
+        __nanosleep(256);
+    }
+    __syncthreads();
+  }
   int64_t first = 0;
   int count = 0;
   const int32_t* order = nullptr;
@@ -492,12 +506,25 @@ Status write_index(const IvfLayout& layout, unsigned char* ix, const Placement& 
         by_pieces(few_place_kernel<T, 1>, few_place_kernel<T, 2>, few_place_kernel<T, 4>);
     const bool grouped = few_groups(place);
     const size_t smem = grouped ? static_cast<size_t>(place.n_tokens) * sizeof(int32_t) : 0;
-    kernel<<<static_cast<unsigned>(place.heads * place.n_new), kFewWarps * 32, smem, stream>>>(
-        centroids, grouped ? labels : nullptr, counts, starts, perm, keys, values, place, d,
-        value_dim, at<int32_t>(ix, layout.ids), at<T>(ix, layout.keys), out_values, sums,
-        at<float>(ix, layout.centroids), at<T>(ix, layout.centroids_lp),
-        at<int64_t>(ix, layout.offsets), at<int32_t>(ix, layout.sizes),
-        at<int32_t>(ix, layout.largest));
+    // Waiting on place.done, the kernel may start while k-means still fits other heads.
+    bool dependent = false;
+    if (grouped && place.done != nullptr) {
+      if (Status s = dependent_launch(kOp, reinterpret_cast<const void*>(kernel), &dependent);
+          !s.ok()) {
+        return s;
+      }
+    }
+    const LaunchConfig launch(static_cast<unsigned>(place.heads * place.n_new), kFewWarps * 32,
+                              smem, stream, 0, dependent);
+    if (const cudaError_t e =
+            launch.launch(kernel, centroids, grouped ? labels : nullptr, counts, starts, perm, keys,
+                          values, place, d, value_dim, at<int32_t>(ix, layout.ids),
+                          at<T>(ix, layout.keys), out_values, sums, at<float>(ix, layout.centroids),
+                          at<T>(ix, layout.centroids_lp), at<int64_t>(ix, layout.offsets),
+                          at<int32_t>(ix, layout.sizes), at<int32_t>(ix, layout.largest));
+        e != cudaSuccess) {
+      return cuda_status(e, kOp, "launching the placement");
+    }
     return launched(stream);
   }
   const int64_t slots = place.heads * (place.max_clusters - place.first_slot);
@@ -638,9 +665,11 @@ Status launch_extend(const ExtendCall& call, cudaStream_t stream) {
   KmeansResult fit;
   fit.centroids = centroids;
   fit.labels = labels;
-  if (Status st = cudaops::kmeans(
+  int32_t* done = at<int32_t>(ws, w.done);
+  int small_blocks = 0;
+  if (Status st = kmeans::kmeans_counted(
           points, segment_params(call.n_new, call.n_iters, at<float>(ix, call.index.means)), fit,
-          ws + w.kmeans, w.kmeans_bytes, stream);
+          ws + w.kmeans, w.kmeans_bytes, done, &small_blocks, stream);
       !st.ok()) {
     return st;
   }
@@ -654,6 +683,10 @@ Status launch_extend(const ExtendCall& call, cudaStream_t stream) {
   place.n_tokens = call.seq;
   place.end = call.tokens + call.seq;
   place.capacity = s.capacity;
+  if (small_blocks > 0) {
+    place.done = done;
+    place.need = small_blocks;
+  }
   if (!few_groups(place)) {
     if (Status st = group_by_cluster<T>(points, labels, call.n_new, counts, starts, perm, stream);
         !st.ok()) {

@@ -204,6 +204,7 @@ Status extend_layout(const char* op, const IvfIndex& index, const IvfInput& inpu
   l->counts = p.add({s.heads, params.n_clusters, 4});
   l->starts = p.add({s.heads, params.n_clusters, 4});
   l->perm = p.add({s.heads, input.seq, 4});
+  l->done = p.add({s.heads, 4});
   if (p.overflow) return invalid(op, "the workspace size overflows");
   size_t fit = 0;
   if (Status st =

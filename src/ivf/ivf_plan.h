@@ -72,6 +72,7 @@ struct ExtendLayout {
   size_t counts = 0;     // [H, c] int32
   size_t starts = 0;     // [H, c] int32
   size_t perm = 0;       // [H, T] int32
+  size_t done = 0;       // [H] int32: the blocks of each head's k-means that wrote its results
   size_t kmeans = 0;
   size_t kmeans_bytes = 0;
   size_t bytes = 0;

@@ -331,6 +331,15 @@ size_t per_point_bytes(const KmeansPoints& p) {
 
 Status kmeans(const KmeansPoints& points, const KmeansParams& params, const KmeansResult& result,
               void* d_workspace, size_t workspace_bytes, cudaStream_t stream) {
+  return kmeans_counted(points, params, result, d_workspace, workspace_bytes, nullptr, nullptr,
+                        stream);
+}
+
+Status detail::kmeans::kmeans_counted(const KmeansPoints& points, const KmeansParams& params,
+                                      const KmeansResult& result, void* d_workspace,
+                                      size_t workspace_bytes, int32_t* done, int* small_blocks,
+                                      cudaStream_t stream) {
+  if (small_blocks != nullptr) *small_blocks = 0;
   KmeansPoints p = points;
   if (Status s = check_points(kFit, &p); !s.ok()) return s;
   if (Status s = check_params(kFit, p, params); !s.ok()) return s;
@@ -409,6 +418,8 @@ Status kmeans(const KmeansPoints& points, const KmeansParams& params, const Kmea
   if (params.means != nullptr) call.means = const_cast<float*>(params.means);
   if (result.centroid_dtype == DType::kFloat32)
     call.centroids = static_cast<float*>(result.centroids);
+  call.done = done;
+  call.small_blocks = small_blocks;
   return detail::dispatch_float(
       kFit, p.dtype, [&](auto tag) { return fit<decltype(tag)>(call, params, result, stream); });
 }

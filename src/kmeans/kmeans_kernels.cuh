@@ -409,6 +409,7 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
     if (Status s = plan_small_fit<T>(call, &small); !s.ok()) return s;
   }
   const int small_blocks = small.blocks;
+  if (call.small_blocks != nullptr) *call.small_blocks = small_blocks;
   // The small problems' kernel takes strided initial centroids itself (a launch less).
   const bool strided_init = small_blocks > 0 && init == Init::kStrided;
   if (!strided_init) {

@@ -102,6 +102,11 @@ struct Call {
   int32_t* moved = nullptr;
   int32_t* rows = nullptr;
   uint32_t* bitmap = nullptr;
+  // Where the small problems' kernel fits the call (kmeans_small.cuh): done[b] counts the blocks
+  // of problem b that wrote its results, and *small_blocks is set to the blocks a problem (0
+  // where the fit took the other kernels). Both may be null.
+  int32_t* done = nullptr;
+  int* small_blocks = nullptr;
 };
 
 /// The assignment of call's points to its operand's centroids: labels and scores (and point
@@ -122,6 +127,14 @@ Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched
 /// (kmeans_assign_sm90a.cu), which folds the means into the biases (Call::fold_means).
 template <typename T>
 Status assign_folds_means(const Call& call, bool* folds);
+
+/// cudaops::kmeans, where in addition the small problems' kernel, if it fits the call, counts in
+/// done[b] ([batch] int32, zeroed by that kernel before it lets a dependent launch start) the
+/// blocks of problem b that wrote its results, and *small_blocks is set to the count each
+/// reaches (0: the fit took the other kernels and done is not written).
+Status kmeans_counted(const KmeansPoints& points, const KmeansParams& params,
+                      const KmeansResult& result, void* d_workspace, size_t workspace_bytes,
+                      int32_t* done, int* small_blocks, cudaStream_t stream);
 
 /// kmeans for points of T (T = float, __half or __nv_bfloat16).
 template <typename T>

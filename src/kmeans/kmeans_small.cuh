@@ -111,6 +111,8 @@ struct SmallArgs {
   float* distances;  // [batch, n]: each point's distance to its centroid, or null: not asked for
   bool keeps;        // from the second assignment on, only the clusters a point joined or left are
                      // summed and updated, and the fit ends once no point moves (marks_changes)
+  int32_t* done;     // [batch] or null: zeroed at the start, then each block of problem b adds 1
+                     // once its labels, centroids and distances are written
 };
 
 /// A piece of 16 bytes of T as floats.
@@ -162,6 +164,15 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   a.rows.problem(b, &first, &len);
   const int64_t row0 = static_cast<int64_t>(rank) * rows;
   const int rows_here = static_cast<int>(max(min(len - row0, int64_t{rows}), int64_t{0}));
+  if (a.done != nullptr) {
+    // Zeroed before the next kernel may start (it waits for the count, not for this kernel).
+    if (rank == 0 && tid == 0) {
+      a.done[b] = 0;
+      __threadfence();
+    }
+    __syncthreads();
+    allow_next_kernel();
+  }
   // Peers' shared memory (a block alone reads its own).
   auto peer = [&](auto* p, int r) { return a.blocks > 1 ? cluster_peer(p, r) : p; };
   auto sync_all = [&] {
@@ -524,10 +535,9 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
       a.labels_by_offsets && a.rows.offsets != nullptr ? a.rows.offsets[b] : b * a.rows.n;
   for (int r = tid; r < rows_here; r += kSmallThreads)
     a.labels[label_base + row0 + r] = label[r];
-  if (a.distances == nullptr) return;
   float m[kV];
   piece_mean(m);
-  for (int r0 = warp * kR; r0 < rows_here; r0 += kSmallWarps * kR) {
+  for (int r0 = warp * kR; a.distances != nullptr && r0 < rows_here; r0 += kSmallWarps * kR) {
     const int r = r0 + sub;
     float dot = 0.0f, yy = 0.0f, dd = 0.0f;
     if (r < rows_here && part < pieces) {
@@ -541,6 +551,13 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     }
     const float distance = group_distance<kL>(dot, yy, dd, a.cosine);
     if (r < rows_here && part == 0) a.distances[b * a.rows.n + row0 + r] = distance;
+  }
+  if (a.done != nullptr) {
+    __syncthreads();  // the block's writes are done
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(a.done + b, 1);
+    }
   }
 }
 
@@ -719,7 +736,8 @@ Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bo
       out_labels != nullptr ? out_labels : call.labels,
       out_labels != nullptr,
       distances ? call.scores : nullptr,
-      keeps};
+      keeps,
+      call.done};
   // Rows of at most 32 pieces (plan_small_fit): one piece a lane.
   return with_row_lanes<T>(call.d_pad, [&](auto lanes, auto pieces) {
     if constexpr (decltype(pieces)::value == 1) {
