@@ -110,7 +110,8 @@ struct SmallArgs {
   bool labels_by_offsets;  // problem b's labels start at rows.offsets[b] (where given)
   float* distances;  // [batch, n]: each point's distance to its centroid, or null: not asked for
   bool keeps;        // from the second assignment on, only the clusters a point joined or left are
-                     // summed and updated, and the fit ends once no point moves (marks_changes)
+                     // summed and updated, and the fit ends once no point moves (not with
+                     // CUDAOPS_KMEANS_UPDATE=full: full_updates)
   int32_t* done;     // [batch] or null: zeroed at the start, then each block of problem b adds 1
                      // once its labels, centroids and distances are written
 };

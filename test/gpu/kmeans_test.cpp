@@ -608,26 +608,16 @@ TEST(Kmeans, KeptClustersMatchAFullUpdate) {
     int64_t n;
     std::vector<int64_t> lengths;  // empty: no offsets
   };
+  using E = KmeansEmpty;
+  using M = KmeansMetric;
   for (const Shape& s :
-       {Shape{DType::kFloat16, KmeansMetric::kCosine, false, KmeansEmpty::kKeep, 100, 3000, {}},
-        Shape{DType::kBFloat16, KmeansMetric::kL2, true, KmeansEmpty::kFarthest, 160, 3000, {}},
-        Shape{DType::kFloat16,
-              KmeansMetric::kL2,
-              false,
-              KmeansEmpty::kKeep,
-              600,
-              3000,
-              {3000, 2211, 2600, 2999}},
-        Shape{DType::kFloat32, KmeansMetric::kCosine, true, KmeansEmpty::kKeep, 300, 3000, {}},
-        Shape{DType::kFloat16,
-              KmeansMetric::kCosine,
-              true,
-              KmeansEmpty::kKeep,
-              64,
-              1024,
-              {1024, 700, 1, 1023}},
-        Shape{DType::kBFloat16, KmeansMetric::kL2, false, KmeansEmpty::kKeep, 40, 2000, {}},
-        Shape{DType::kFloat32, KmeansMetric::kCosine, false, KmeansEmpty::kKeep, 20, 300, {}}}) {
+       {Shape{DType::kFloat16, M::kCosine, false, E::kKeep, 100, 3000, {}},
+        Shape{DType::kBFloat16, M::kL2, true, E::kFarthest, 160, 3000, {}},
+        Shape{DType::kFloat16, M::kL2, false, E::kKeep, 600, 3000, {3000, 2211, 2600, 2999}},
+        Shape{DType::kFloat32, M::kCosine, true, E::kKeep, 300, 3000, {}},
+        Shape{DType::kFloat16, M::kCosine, true, E::kKeep, 64, 1024, {1024, 700, 1, 1023}},
+        Shape{DType::kBFloat16, M::kL2, false, E::kKeep, 40, 2000, {}},
+        Shape{DType::kFloat32, M::kCosine, false, E::kKeep, 20, 300, {}}}) {
     Case c = Shaped(s.dtype, 4, s.n, 96, s.k);
     c.metric = s.metric;
     c.center = s.center;
