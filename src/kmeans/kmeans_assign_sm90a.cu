@@ -382,6 +382,14 @@ __device__ __forceinline__ float tagged(float v, uint32_t low7) {
       : "r"(__float_as_uint(v)), "n"(~127u | kCol), "r"(low7));
   return __uint_as_float(out);
 }
+/// tagged's bits as a signed integer: among floats of which one at least is not negative, the
+/// largest such integer is the largest float (negative floats are negative integers, and
+/// non-negative ones order as their bits), so that Hopper's three-way integer maximum (VIMNMX3)
+/// takes two scores an instruction where FMNMX takes one.
+template <uint32_t kCol>
+__device__ __forceinline__ int tagged_int(float v, uint32_t low7) {
+  return __float_as_int(tagged<kCol>(v, low7));
+}
 /// Two floats from shared memory (at a shared-space address).
 __device__ __forceinline__ float2 shared_float2(uint32_t address) {
   float2 v;
@@ -520,16 +528,18 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   int best_j[2];
   int64_t j0 = 0;
   // Each row's running minimum and its column, the column packed into the score (tagged): an
-  // FMA, a LOP3 and a minimum per score. Lane l holds columns 8 j + 2 (l % 4) + e of rows l / 4
-  // (h = 0) and l / 4 + 8 (h = 1) of its warp's 16. Cosine's scores are -y . c_j (bias 0, alpha
-  // 1): over a chunk of real centroids (kPlain) the minimum is minus the maximum of the tagged
-  // products, bit for bit (the tag leaves the sign alone), without the FMA and the bias loads.
+  // FMA, a LOP3 and half a three-way maximum per score. Lane l holds columns 8 j + 2 (l % 4) + e of
+  // rows l / 4 (h = 0) and l / 4 + 8 (h = 1) of its warp's 16. Cosine's scores are -y . c_j (bias
+  // 0, alpha 1): over a chunk of real centroids (kPlain) the minimum is minus the maximum of the
+  // tagged products, bit for bit (the tag leaves the sign alone), without the FMA and the bias
+  // loads.
   const uint32_t bias_addr = shared_address(slab_bias) + 8 * quad;
   uint32_t low7 = 127;
   asm volatile("" : "+r"(low7));  // kept in a register for tagged's LOP3
-  auto arg_min = [&](const float(&acc)[64], int chunk, auto plain) {
+  // Float minima, for a warp where the integer maxima below do not give the float order.
+  auto arg_min_float = [&](const float(&acc)[64], int chunk, auto plain) {
     constexpr bool kPlain = decltype(plain)::value;
-    float low[2][2][2];  // [h][e][j % 2]: eight chains of eight, for the ALU's latency
+    float low[2][2][2];  // [h][e][j % 2]: eight chains of eight
     auto step = [&](auto j_constant) {
       constexpr int j = decltype(j_constant)::value, q = j % 2;
       if constexpr (kPlain) {
@@ -559,6 +569,56 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
                  : fminf(fminf(low[h][0][0], low[h][0][1]), fminf(low[h][1][0], low[h][1][1]));
       const int col = static_cast<int>(j0) + chunk * kWgmmaN +
                       static_cast<int>(__float_as_uint(lowest) & 127u) + 2 * quad;
+      const bool better = lowest < best[h];
+      best_j[h] = better ? col : best_j[h];
+      best[h] = better ? lowest : best[h];
+    }
+  };
+  auto arg_min = [&](const float(&acc)[64], int chunk, auto plain) {
+    constexpr bool kPlain = decltype(plain)::value;
+    // The largest of a row's tagged values of -score (so the minimum score, negated) by integer
+    // maxima, two chains a row of sixteen values, two new values an instruction. Where all of
+    // a lane's values of a row are negative the integer order is not the float order; that rare
+    // warp takes the float minima instead (the same bits the integer maxima give otherwise).
+    int top[2][2];  // [h][e]
+    auto bias_pair = [&](int j) {
+      return kPlain ? float2{0.f, 0.f} : shared_float2(bias_addr + (chunk * kWgmmaN + 8 * j) * 4);
+    };
+    // -score of column 8 j + e of row h: the product itself for kPlain (cosine: score -y . c),
+    // else alpha * y . c - bias (the FMA's rounding is symmetric: exactly minus the score).
+    auto neg = [&](int j, int h, int e, float2 bv) {
+      if constexpr (kPlain) {
+        return acc[4 * j + 2 * h + e];
+      } else {
+        return fmaf(args.alpha, acc[4 * j + 2 * h + e], -(e == 0 ? bv.x : bv.y));
+      }
+    };
+    auto step = [&](auto p_constant) {
+      constexpr int p = decltype(p_constant)::value, j = 2 * p;
+      const float2 ba = bias_pair(j), bb = bias_pair(j + 1);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int a0 = tagged_int<8 * j>(neg(j, h, 0, ba), low7);
+        const int b0 = tagged_int<8 * j + 8>(neg(j + 1, h, 0, bb), low7);
+        const int a1 = tagged_int<8 * j + 1>(neg(j, h, 1, ba), low7);
+        const int b1 = tagged_int<8 * j + 9>(neg(j + 1, h, 1, bb), low7);
+        top[h][0] = p == 0 ? max(a0, b0) : __vimax3_s32(top[h][0], a0, b0);
+        top[h][1] = p == 0 ? max(a1, b1) : __vimax3_s32(top[h][1], a1, b1);
+      }
+    };
+    unrolled<8>(step);
+    const int bits[2] = {max(top[0][0], top[0][1]), max(top[1][0], top[1][1])};
+    // A lane's values of a row all negative (its scores all positive) can only matter while the
+    // row's running minimum is positive too; then the whole warp takes the float minima.
+    if (__any_sync(kFull, (bits[0] < 0 && best[0] > 0.f) || (bits[1] < 0 && best[1] > 0.f))) {
+      arg_min_float(acc, chunk, plain);
+      return;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float lowest = -__int_as_float(bits[h]);
+      const int col = static_cast<int>(j0) + chunk * kWgmmaN +
+                      static_cast<int>(static_cast<uint32_t>(bits[h]) & 127u) + 2 * quad;
       const bool better = lowest < best[h];
       best_j[h] = better ? col : best_j[h];
       best[h] = better ? lowest : best[h];

@@ -651,17 +651,24 @@ TEST(KmeansAssign, MatchesReference) {
   for (DType dtype : kDtypes) {
     for (KmeansMetric metric : {KmeansMetric::kL2, KmeansMetric::kCosine}) {
       // The third and fourth have more centroids than shared memory holds at once on an H100;
-      // the last more rows than one block of the results takes.
-      for (const auto& [batch, n, d, k, with_means] :
-           {std::tuple{3, 777, 80, 70, false}, std::tuple{3, 777, 80, 70, true},
-            std::tuple{2, 1500, 128, 1100, true}, std::tuple{1, 1600, 40, 1500, false},
-            std::tuple{2, 9001, 48, 40, true}}) {
+      // the fifth more rows than one block of the results takes. The last moves the points
+      // away from every centroid (shift added to each value), so that all of a row's scores
+      // have one sign (the case Hopper's integer maxima leave to float minima).
+      for (const auto& [batch, n, d, k, with_means, shift] :
+           {std::tuple{3, 777, 80, 70, false, 0.0}, std::tuple{3, 777, 80, 70, true, 0.0},
+            std::tuple{2, 1500, 128, 1100, true, 0.0}, std::tuple{1, 1600, 40, 1500, false, 0.0},
+            std::tuple{2, 9001, 48, 40, true, 0.0}, std::tuple{2, 1500, 128, 700, false, -2.0}}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) +
                      (metric == KmeansMetric::kCosine ? " cosine" : " l2") +
-                     (with_means ? " means" : "") + " k " + std::to_string(k));
+                     (with_means ? " means" : "") + " k " + std::to_string(k) +
+                     (shift != 0 ? " shifted" : ""));
         const Case c = Shaped(dtype, batch, n, d, k);
         const ref::KmeansLayout layout = LayoutOf(c);
-        const HostArray x = MixturePoints(dtype, layout, RowsOf(layout), 30, 11);
+        HostArray x = MixturePoints(dtype, layout, RowsOf(layout), 30, 11);
+        for (int64_t r = 0; shift != 0 && r < RowsOf(layout); ++r) {
+          for (int64_t e = 0; e < c.d; ++e)
+            x.set(r * layout.ld + e, x.get(r * layout.ld + e) + shift);
+        }
         std::mt19937_64 rng(3);
         std::normal_distribution<double> normal(0.3, 0.4);
         HostArray cent(DType::kFloat32, c.batch * c.k * c.d);
