@@ -118,13 +118,13 @@ Status launch_assign(const Call& call, cudaStream_t stream);
 inline constexpr int64_t kWgmmaMaxDims = 256;
 
 /// The assignment on Hopper's warpgroup MMA, for 16-bit points of at most kWgmmaMaxDims
-/// dimensions on a device of compute capability 9.0 (kmeans_assign_sm90a.cu). Sets *launched to
+/// dimensions on a device of compute capability 9.0 (kmeans_assign_sm90a.cuh). Sets *launched to
 /// whether it launched; where it did not, the caller takes the mma.sync kernel.
 template <typename T>
 Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched);
 
 /// *folds = whether call's points are centred and launch_assign takes the slab kernel for them
-/// (kmeans_assign_sm90a.cu), which folds the means into the biases (Call::fold_means).
+/// (kmeans_assign_sm90a.cuh), which folds the means into the biases (Call::fold_means).
 template <typename T>
 Status assign_folds_means(const Call& call, bool* folds);
 
