@@ -69,10 +69,6 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
     int64_t flags = 0;
     if (!checked_add(bk, batch, &flags)) b.overflow = true;
     l.dirty = b.add(flags, 4);
-    int64_t cols = 0;
-    if (!checked_mul(batch, (k + 127) / 128 * 128, &cols)) b.overflow = true;
-    l.cols = b.add(cols, 4);
-    l.lists = b.add(2 * batch, 4);
   }
   if (fit && random_init) {
     l.rows = b.add(bk, 4);
@@ -269,8 +265,6 @@ Call make_call(const KmeansPoints& points, const Layout& layout, void* workspace
   call.prev_labels = piece<int32_t>(workspace, layout.prior);
   call.dirty = piece<int32_t>(workspace, layout.dirty);
   call.moved = call.dirty != nullptr ? call.dirty + layout.batch * layout.k : nullptr;
-  call.cols = piece<int32_t>(workspace, layout.cols);
-  call.lists = piece<int32_t>(workspace, layout.lists);
   call.centroids = piece<float>(workspace, layout.centroids);
   call.operand = piece<void>(workspace, layout.operand);
   call.bias = piece<float>(workspace, layout.bias);

@@ -214,16 +214,6 @@ struct SlabArgs {
   AssignArgs<T> a;
   int64_t range;
   int slab_rows;
-  // The assignment of the changed (launch_assign_changed): where row_count[b] >= 0, rows lists
-  // the rows of problem b to assign ([batch, n], the first row_count[b]), else every row is;
-  // with cols ([batch, k rounded up to kWgmmaN]), the slab's columns are centroid ids (-1: none),
-  // col_chunks[b] chunks of them, and each row's label before (kept) and score stand unless one
-  // of them beats it.
-  const int32_t* rows = nullptr;
-  const int32_t* row_count = nullptr;
-  const int32_t* cols = nullptr;
-  const int32_t* col_chunks = nullptr;
-  const int32_t* kept = nullptr;
 };
 
 constexpr int kSlabConsumers = 3;  // consumer warpgroups, taking tiles in turn
@@ -244,6 +234,62 @@ inline size_t slab_smem(int k_blocks, int slab_rows) {
   const size_t block = static_cast<size_t>(k_blocks) * 128;
   return static_cast<size_t>(slab_rows) * (block + sizeof(float)) + kSlabStages * 64 * block +
          2 * kSlabStages * sizeof(uint64_t) + 1024;
+}
+
+/// f(integral_constant<int, i>) for i = 0 .. kN - 1, in order.
+template <typename F, int... kI>
+__device__ __forceinline__ void unrolled_impl(F&& f, std::integer_sequence<int, kI...>) {
+  (f(std::integral_constant<int, kI>()), ...);
+}
+template <int kN, typename F>
+__device__ __forceinline__ void unrolled(F&& f) {
+  unrolled_impl(f, std::make_integer_sequence<int, kN>());
+}
+
+/// The consumer warpgroups' barrier (named barrier 1).
+template <int kThreads>
+__device__ __forceinline__ void consumer_barrier() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void registers_up() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void registers_down() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
+/// v with its low 7 bits replaced by kCol: the minimum of such values is the minimum score and
+/// names its column in one instruction. Scores within 2^-16 of each other (relative) then rank by
+/// column position rather than value, far inside the products' own rounding.
+/// (One LOP3, K & (v | low7) with K = ~127 | kCol and low7 = 127 in a register: the compiler
+/// would otherwise mask and set in two.)
+template <uint32_t kCol>
+__device__ __forceinline__ float tagged(float v, uint32_t low7) {
+  uint32_t out;
+  asm("lop3.b32 %0, %1, %2, %3, 0xC8;\n"
+      : "=r"(out)
+      : "r"(__float_as_uint(v)), "n"(~127u | kCol), "r"(low7));
+  return __uint_as_float(out);
+}
+/// tagged's bits as a signed integer: among floats of which one at least is not negative, the
+/// largest such integer is the largest float (negative floats are negative integers, and
+/// non-negative ones order as their bits), so that Hopper's three-way integer maximum (VIMNMX3)
+/// takes two scores an instruction where FMNMX takes one.
+template <uint32_t kCol>
+__device__ __forceinline__ int tagged_int(float v, uint32_t low7) {
+  return __float_as_int(tagged<kCol>(v, low7));
+}
+/// Two floats from shared memory (at a shared-space address).
+__device__ __forceinline__ float2 shared_float2(uint32_t address) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(address));
+  return v;
 }
 
 // The centroids stay in shared memory (a slab of slab_rows at a time; the rows' minima over
@@ -277,18 +323,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
   const T* first;
   int64_t len;
   args.rows.problem(b, &first, &len);
-  // Positions [start, end) of the problem's rows (of its listed rows where it has a list).
-  const int32_t* row_ids = nullptr;
-  int64_t count = len;
-  if (sa.row_count != nullptr && sa.row_count[b] >= 0) {
-    row_ids = sa.rows + b * args.rows.n;
-    count = sa.row_count[b];
-  }
-  const int32_t* col_ids =
-      sa.cols != nullptr ? sa.cols + b * ((args.k + kWgmmaN - 1) / kWgmmaN * kWgmmaN) : nullptr;
-  const int64_t k_here = col_ids != nullptr ? int64_t{sa.col_chunks[b]} * kWgmmaN : args.k;
-  const int64_t end = min(start + sa.range, count);
-  if (start >= end || k_here == 0 || (args.moved != nullptr && args.moved[b] == 0)) return;
+  const int64_t end = min(start + sa.range, len);
+  if (start >= end || (args.moved != nullptr && args.moved[b] == 0)) return;
   const int tid = static_cast<int>(threadIdx.x);
   // (warp-uniform to the compiler: the products are not issued under a divergent branch)
   const int group = __shfl_sync(kFull, tid / kWgThreads, 0), gtid = tid % kWgThreads;
@@ -314,7 +350,7 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
     const int my_bytes = max(0, min(16, row_bytes - my_p * 16));
     const int64_t ld_bytes = args.rows.ld * static_cast<int64_t>(sizeof(T));
     const unsigned char* src = reinterpret_cast<const unsigned char*>(first) + my_p * 16;
-    const int64_t steps = (k_here + slab_rows - 1) / slab_rows * n_tiles;
+    const int64_t steps = (args.k + slab_rows - 1) / slab_rows * n_tiles;
     // Step g loads tile g % n_tiles of slab g / n_tiles and hands over step g - kSlabLag's.
 #pragma unroll 1
     for (int64_t g = 0; g < steps + kSlabLag; ++g) {
@@ -369,9 +405,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
 #pragma unroll
         for (int i = 0; i < kPasses; ++i) {
           const int r = my_r + i * kRowsPer;
-          const int64_t at = start + t * 64 + r;
-          const bool inside = at < end && my_bytes > 0;
-          const int64_t row = inside && row_ids != nullptr ? __ldg(row_ids + at) : at;
+          const int64_t row = start + t * 64 + r;
+          const bool inside = row < end && my_bytes > 0;
           copy16(dst + swizzled(64, r, my_p), inside ? src + row * ld_bytes : src,
                  inside ? my_bytes : 0);
         }
@@ -511,25 +546,22 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
     }
   };
   uint32_t base = 0;  // tiles handed over before this slab: the stages' and phases' count
-  for (; j0 < k_here; j0 += slab_rows) {
-    const int rows = k_here - j0 < slab_rows ? static_cast<int>(k_here - j0) : slab_rows;
+  for (; j0 < args.k; j0 += slab_rows) {
+    const int rows = args.k - j0 < slab_rows ? static_cast<int>(args.k - j0) : slab_rows;
     const int chunks = (rows + kWgmmaN - 1) / kWgmmaN;
     consumer_barrier<kConsumerThreads>();  // the consumers are done with the previous slab
 #pragma unroll 1
     for (int idx = tid; idx < chunks * kWgmmaN * pieces; idx += kConsumerThreads) {
       const int r = idx / pieces, p = idx % pieces;
-      const int64_t id = r >= rows ? -1 : col_ids != nullptr ? __ldg(col_ids + j0 + r) : j0 + r;
-      const int bytes = id >= 0 ? max(0, min(16, operand_bytes - p * 16)) : 0;
+      const int bytes = r < rows ? max(0, min(16, operand_bytes - p * 16)) : 0;
       const unsigned char* src = reinterpret_cast<const unsigned char*>(operand) +
-                                 (bytes > 0 ? id * operand_bytes + p * 16 : 0);
+                                 (bytes > 0 ? (j0 + r) * operand_bytes + p * 16 : 0);
       copy16(slab_addr + (r / kWgmmaN) * kWgmmaN * block_bytes + swizzled(kWgmmaN, r % kWgmmaN, p),
              src, bytes);
     }
     // Columns past k score +inf: never the minimum.
-    for (int c = tid; c < chunks * kWgmmaN; c += kConsumerThreads) {
-      const int64_t id = c >= rows ? -1 : col_ids != nullptr ? __ldg(col_ids + j0 + c) : j0 + c;
-      slab_bias[c] = id >= 0 ? __ldg(bias + id) : INFINITY;
-    }
+    for (int c = tid; c < chunks * kWgmmaN; c += kConsumerThreads)
+      slab_bias[c] = c < rows ? __ldg(bias + j0 + c) : INFINITY;
     copy_commit();
     copy_wait<0>();
     fence_async_shared();
@@ -557,8 +589,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
             products(std::integral_constant<int, 1>(), cosine, a_addr, &empty[s], rows);
         }
       };
-      // (With means, cosine's biases are not 0: the FMA's minima; listed columns may be none.)
-      if (args.cosine && args.means == nullptr && col_ids == nullptr) {
+      // (With means, cosine's biases are not 0: the FMA's minima.)
+      if (args.cosine && args.means == nullptr) {
         count(std::true_type());
       } else {
         count(std::false_type());
@@ -566,18 +598,8 @@ __global__ void __launch_bounds__(kSlabThreads, 1) assign_slab_kernel(SlabArgs<T
       const int64_t row0 = start + t * 64;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int64_t at = row0 + warp * 16 + h * 8 + lane / 4;
-        if (row_ids == nullptr && col_ids == nullptr) {
-          write_best(args, b, at, end, best[h], best_j[h], quad == 0, j0 > 0);
-        } else {
-          // Listed columns name their centroids before the row's lanes compare them, so that a
-          // tie of scores goes to the lower centroid as in the full assignment.
-          const int j =
-              col_ids != nullptr && best_j[h] != INT32_MAX ? __ldg(col_ids + best_j[h]) : best_j[h];
-          const int64_t i = at < end && row_ids != nullptr ? __ldg(row_ids + at) : at;
-          write_best_kept(args, b, i, at<end, best[h], j, quad == 0, j0> 0,
-                          col_ids != nullptr ? sa.kept : nullptr);
-        }
+        write_best(args, b, row0 + warp * 16 + h * 8 + lane / 4, end, best[h], best_j[h], quad == 0,
+                   j0 > 0);
       }
     }
     base += static_cast<uint32_t>(n_tiles);
@@ -612,18 +634,8 @@ inline Status slab_rows_for(const void* kernel, int64_t k, int k_blocks, int* ro
   return Status();
 }
 
-/// The lists of an assignment of the changed (SlabArgs): none by default.
-struct SlabLists {
-  const int32_t* rows = nullptr;
-  const int32_t* row_count = nullptr;
-  const int32_t* cols = nullptr;
-  const int32_t* col_chunks = nullptr;
-  const int32_t* kept = nullptr;
-};
-
 template <typename T, int kKBlocks>
-Status launch_slabs(const Call& call, int slab_rows, cudaStream_t stream, bool* launched_here,
-                    const SlabLists& lists = SlabLists()) {
+Status launch_slabs(const Call& call, int slab_rows, cudaStream_t stream, bool* launched_here) {
   // Ranges of at most 32 tiles of 128 points, and enough of them (about two per SM of a large
   // device) that small batches still fill the device.
   const int64_t batch = call.points.batch;
@@ -631,14 +643,7 @@ Status launch_slabs(const Call& call, int slab_rows, cudaStream_t stream, bool* 
   const int64_t pieces =
       std::max((tiles + 31) / 32, std::min<int64_t>((264 + batch - 1) / batch, tiles));
   const int64_t range = 128 * ((tiles + pieces - 1) / pieces);
-  const SlabArgs<T> args{assign_args<T>(call, range),
-                         range,
-                         slab_rows,
-                         lists.rows,
-                         lists.row_count,
-                         lists.cols,
-                         lists.col_chunks,
-                         lists.kept};
+  const SlabArgs<T> args{assign_args<T>(call, range), range, slab_rows};
   const auto kernel = assign_slab_kernel<T, kKBlocks>;
   const size_t smem = slab_smem(kKBlocks, slab_rows);
   if (Status s = allow_smem(kernel, smem); !s.ok()) return s;
@@ -683,43 +688,6 @@ Status assign_folds_means(const Call& call, bool* folds) {
 }
 
 template <typename T>
-Status assign_in_slabs(const Call& call, bool* slabs) {
-  int rows = 0;
-  if (Status s = slab_rows_of<T>(call, &rows); !s.ok()) return s;
-  *slabs = rows > 0;
-  return Status();
-}
-
-template <typename T>
-Status launch_assign_changed(const Call& call, const int32_t* kept, cudaStream_t stream) {
-  int slab_rows = 0;
-  if (Status s = slab_rows_of<T>(call, &slab_rows); !s.ok()) return s;
-  if (slab_rows == 0 || call.cols == nullptr || call.lists == nullptr || call.perm == nullptr) {
-    return Status(StatusCode::kNotSupported,
-                  std::string(kOp) + ": the assignment of the changed needs the slab kernel");
-  }
-  const int k_blocks = static_cast<int>((call.points.d + kAtomValues - 1) / kAtomValues);
-  const int64_t batch = call.points.batch;
-  bool done = false;
-  // The changed centroids against every row of the problems assigned so, each row's label
-  // before standing unless beaten; then every centroid against the rows of changed clusters
-  // (every row of the problems assigned whole).
-  SlabLists changed;
-  changed.cols = call.cols;
-  changed.col_chunks = call.lists + batch;
-  changed.kept = kept;
-  SlabLists moved_rows;
-  moved_rows.rows = call.perm;
-  moved_rows.row_count = call.lists;
-  for (const SlabLists& lists : {changed, moved_rows}) {
-    const Status s = k_blocks == 1 ? launch_slabs<T, 1>(call, slab_rows, stream, &done, lists)
-                                   : launch_slabs<T, 2>(call, slab_rows, stream, &done, lists);
-    if (!s.ok()) return s;
-  }
-  return Status();
-}
-
-template <typename T>
 Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched_here) {
   *launched_here = false;
   if (call.points.d > kWgmmaMaxDims || !wgmma_runs<T>()) return Status();
@@ -754,7 +722,4 @@ Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched
 #define CUDAOPS_KMEANS_ASSIGN_SM90A_INSTANTIATE(T)                                               \
   template cudaops::Status cudaops::detail::kmeans::launch_assign_wgmma<T>(const Call&,          \
                                                                            cudaStream_t, bool*); \
-  template cudaops::Status cudaops::detail::kmeans::assign_folds_means<T>(const Call&, bool*);   \
-  template cudaops::Status cudaops::detail::kmeans::assign_in_slabs<T>(const Call&, bool*);      \
-  template cudaops::Status cudaops::detail::kmeans::launch_assign_changed<T>(                    \
-      const Call&, const int32_t*, cudaStream_t);
+  template cudaops::Status cudaops::detail::kmeans::assign_folds_means<T>(const Call&, bool*);

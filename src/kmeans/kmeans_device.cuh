@@ -196,29 +196,6 @@ __device__ __forceinline__ void write_best(const AssignArgs<T>& args, int64_t b,
   }
 }
 
-/// write_best for row i where `inside`; with `kept` (the assignment of the changed centroids,
-/// launch_assign_changed), the row's label before (kept[i], or its label so far after the first
-/// slab) and its score stand unless beaten, a tie of scores going to the lower label, as in the
-/// full assignment's column order (a NaN score: none found yet).
-template <typename T>
-__device__ __forceinline__ void write_best_kept(const AssignArgs<T>& args, int64_t b, int64_t i,
-                                                bool inside, float v, int j, bool writes,
-                                                bool merge, const int32_t* kept) {
-  if (kept == nullptr) {
-    write_best(args, b, i, inside ? i + 1 : i, v, j, writes, merge);
-    return;
-  }
-  row_minimum(v, j);
-  if (!writes || !inside) return;
-  const int64_t at = b * args.rows.n + i;
-  const float before = args.scores[at];
-  const int was = merge ? args.labels[at] : kept[at];
-  const bool better =
-      j != INT32_MAX && (before != before || v < before || (v == before && j < was));
-  args.labels[at] = better ? j : was;
-  if (better) args.scores[at] = v;
-}
-
 /// One value's part of a point's distance terms: y . c, |y|^2 and |y - c|^2.
 __device__ __forceinline__ void add_distance_terms(float y, float c, float& dot, float& yy,
                                                    float& dd) {

@@ -443,18 +443,6 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
   // ones, except where empty clusters are re-seeded after them.
   const bool reseeds = params.empty == KmeansEmpty::kFarthest;
   const bool marks = small_blocks == 0 && marks_changes(call);
-  // Where the slab kernel assigns, an assignment after an update assigns again only what the
-  // changed clusters can change (launch_assign_changed); not with re-seeding, whose moved
-  // centroids are not marked. CUDAOPS_KMEANS_ASSIGN=full: every row against every centroid.
-  bool changed_only = false;
-#if !defined(CUDAOPS_NO_SM90A)
-  if constexpr (!std::is_same_v<T, float>) {
-    if (marks && !reseeds && !full_assignments() && call.cols != nullptr && call.lists != nullptr &&
-        call.perm != nullptr) {
-      if (Status s = assign_in_slabs<T>(call, &changed_only); !s.ok()) return s;
-    }
-  }
-#endif
   if (small_blocks == 0) {
     if (Status s = launch_operand<T, float>(call, call.centroids, stream); !s.ok()) return s;
   }
@@ -468,17 +456,7 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
       std::swap(step.labels, step.prev_labels);
       std::swap(update.labels, update.prev_labels);
     }
-    if (step.moved != nullptr && changed_only) {
-      // After an update that changed few clusters, the changed centroids against every row and
-      // every centroid against the rows of changed clusters.
-      changed_lists_kernel<T><<<static_cast<unsigned>(p.batch), kListThreads, 0, stream>>>(
-          rows_of<T>(p), static_cast<int>(call.k), step.prev_labels, call.dirty, call.counts,
-          call.moved, call.perm, call.lists, call.cols);
-      if (Status s = launched(stream); !s.ok()) return s;
-      if (Status s = launch_assign_changed<T>(step, step.prev_labels, stream); !s.ok()) return s;
-    } else if (Status s = launch_assign<T>(step, stream); !s.ok()) {
-      return s;
-    }
+    if (Status s = launch_assign<T>(step, stream); !s.ok()) return s;
     if (Status s = launch_update<T>(update, !reseeds, iter > 0 && marks, stream); !s.ok()) return s;
     if (reseeds) {
       reseed_kernel<T><<<static_cast<unsigned>(p.batch), 256, 0, stream>>>(

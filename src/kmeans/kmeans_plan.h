@@ -61,8 +61,6 @@ struct Layout {
   Piece perm;       // [batch, n] int32: each problem's rows grouped by label
   Piece prior;      // [batch, n] int32: the labels of the assignment before (fit)
   Piece dirty;      // batch x k + batch int32: clusters a row joined or left since; moved
-  Piece cols;       // [batch, k rounded up to 128] int32: the changed centroids (fit)
-  Piece lists;      // [2 * batch] int32: rows and chunks of cols to assign (fit)
   Piece rows;       // [batch, k] int32 (kRandom: the rows drawn)
   Piece bitmap;     // [batch, ceil(n / 32)] uint32 (kRandom)
   size_t bytes = 0;
@@ -102,11 +100,6 @@ struct Call {
   // Where none did, no centroid moved, so the grouping and the next assignment of that problem
   // are skipped (its labels, in both buffers, and its scores stand).
   int32_t* moved = nullptr;
-  // The assignment of the changed (launch_assign_changed; fits): cols [batch, k rounded up to
-  // 128] the changed centroids by their column mod 128, lists [2 * batch] each problem's rows
-  // listed in perm (-1: every row) and its chunks of cols.
-  int32_t* cols = nullptr;
-  int32_t* lists = nullptr;
   int32_t* rows = nullptr;
   uint32_t* bitmap = nullptr;
   // Where the small problems' kernel fits the call (kmeans_small.cuh): done[b] counts the blocks
@@ -134,19 +127,6 @@ Status launch_assign_wgmma(const Call& call, cudaStream_t stream, bool* launched
 /// (kmeans_assign_sm90a.cuh), which folds the means into the biases (Call::fold_means).
 template <typename T>
 Status assign_folds_means(const Call& call, bool* folds);
-
-/// *slabs = whether launch_assign takes the slab kernel for call (kmeans_assign_sm90a.cuh), which
-/// launch_assign_changed needs.
-template <typename T>
-Status assign_in_slabs(const Call& call, bool* slabs);
-
-/// The assignment after an update that changed a few clusters (kmeans_kernels.cuh): a row whose
-/// cluster did not change keeps its score against every unchanged centroid, so it is assigned
-/// against the changed centroids alone (call.cols, listed by changed_lists_kernel), its label
-/// before (kept) standing unless beaten; the rows of changed clusters (call.perm) against every
-/// centroid. The same labels and scores as launch_assign, in two launches of the slab kernel.
-template <typename T>
-Status launch_assign_changed(const Call& call, const int32_t* kept, cudaStream_t stream);
 
 /// cudaops::kmeans, where in addition the small problems' kernel, if it fits the call, counts in
 /// done[b] ([batch] int32, zeroed by that kernel before it lets a dependent launch start) the

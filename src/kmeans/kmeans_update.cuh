@@ -269,87 +269,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-/// What the assignment after an update takes for each problem (launch_assign_changed), a block a
-/// problem, from the update's changed clusters (dirty) and the labels before: the changed
-/// centroids in cols, each at its column mod 128 in the chunk of its rank among those of the same
-/// column mod 128 (so that the slab kernel tags it as the full assignment does, and a lower
-/// centroid of two with the same tag comes first), and the rows of changed clusters in perm, in
-/// row order. Where the two passes would not cost less than assigning the problem whole (the
-/// first reads every row, about 0.4 of a full pass at 512 centroids), the problem takes one pass
-/// over every row (lists[b] = -1, no chunks). Problems no row of which moved are not assigned.
-constexpr int kListThreads = 256;
-constexpr int kChunkColumns = 128;  // the slab kernel's centroids a product (kWgmmaN)
-template <typename T>
-__global__ void __launch_bounds__(kListThreads)
-    changed_lists_kernel(Rows<T> rows, int k, const int32_t* labels, const int32_t* dirty,
-                         const int32_t* counts, const int32_t* moved, int32_t* perm, int32_t* lists,
-                         int32_t* cols) {
-  __shared__ int32_t totals[kGroupMaxWarps];
-  __shared__ int chunks;
-  __shared__ unsigned long long in_changed;
-  const int64_t b = blockIdx.x;
-  int32_t* row_count = lists + b;
-  int32_t* col_chunks = lists + gridDim.x + b;
-  if (moved[b] == 0) {
-    if (threadIdx.x == 0) *row_count = *col_chunks = 0;
-    return;
-  }
-  if (threadIdx.x == 0) {
-    chunks = 0;
-    in_changed = 0;
-  }
-  __syncthreads();
-  const int groups = (k + kChunkColumns - 1) / kChunkColumns;
-  int32_t* my_cols = cols + b * groups * kChunkColumns;
-  const int32_t* my_dirty = dirty + b * k;
-  int rank = 0;
-  if (threadIdx.x < kChunkColumns) {
-    for (int g = 0; g < groups; ++g) {
-      const int id = g * kChunkColumns + threadIdx.x;
-      if (id < k && my_dirty[id] != 0) my_cols[rank++ * kChunkColumns + threadIdx.x] = id;
-    }
-    atomicMax(&chunks, rank);
-  }
-  unsigned long long mine = 0;
-  for (int c = threadIdx.x; c < k; c += blockDim.x) {
-    if (my_dirty[c] != 0) mine += counts[b * k + c];
-  }
-  atomicAdd(&in_changed, mine);
-  __syncthreads();
-  if (threadIdx.x < kChunkColumns) {
-    for (int r = rank; r < chunks; ++r)
-      my_cols[r * kChunkColumns + threadIdx.x] = -1;
-  }
-  const T* first;
-  int64_t len;
-  rows.problem(b, &first, &len);
-  const float changed_pass = fmaxf(0.4f, static_cast<float>(chunks) / groups);
-  const float rows_pass = len > 0 ? static_cast<float>(in_changed) / len : 0.0f;
-  if (chunks == 0 || changed_pass + rows_pass >= 0.85f) {
-    if (threadIdx.x == 0) {
-      *row_count = -1;
-      *col_chunks = 0;
-    }
-    return;
-  }
-  const int32_t* lab = labels + b * rows.n;
-  int32_t* out = perm + b * rows.n;
-  int32_t carry = 0;
-  for (int64_t i0 = 0; i0 < len; i0 += blockDim.x) {
-    const int64_t i = i0 + threadIdx.x;
-    int32_t label = i < len ? lab[i] : -1;
-    const int32_t flag = label >= 0 && label < k && my_dirty[label] != 0 ? 1 : 0;
-    int32_t total = 0;
-    const int32_t at = carry + block_exclusive_sum(flag, totals, &total);
-    if (flag != 0) out[at] = static_cast<int32_t>(i);
-    carry += total;
-  }
-  if (threadIdx.x == 0) {
-    *row_count = carry;
-    *col_chunks = chunks;
-  }
-}
-
 /// New centroids: a warp per cluster adds its points' working rows (y, or y / |y| for cosine) and
 /// writes their mean (cosine: their sum at unit length), and where args.operand is set, the
 /// centroid's operand row and bias as operand_kernel writes them (so that the next assignment
@@ -587,13 +506,6 @@ constexpr int64_t kPrefetchMost = int64_t{4} << 20;
 /// the update kept the unchanged ones (read at each call, so that a test can compare the two).
 inline bool full_updates() {
   const char* value = std::getenv("CUDAOPS_KMEANS_UPDATE");
-  return value != nullptr && std::strcmp(value, "full") == 0;
-}
-
-/// CUDAOPS_KMEANS_ASSIGN=full: every assignment of a fit takes every row against every centroid,
-/// as before assignments after an update took the changed clusters alone (read at each call).
-inline bool full_assignments() {
-  const char* value = std::getenv("CUDAOPS_KMEANS_ASSIGN");
   return value != nullptr && std::strcmp(value, "full") == 0;
 }
 

@@ -2,12 +2,10 @@
 
 // Hopper's warpgroup matrix instructions (wgmma, sm_90a) as the k-means assignment uses them
 // (kmeans_assign_sm90a.cuh): 16-bit operands in shared memory in the 128-byte swizzled K-major
-// layout, a warpgroup's 64 rows times kWgmmaN columns into float32 accumulators; and the slab
-// kernel's helpers (the tagged scores, the warpgroups' register moves, the consumers' barrier).
-// Compiled to nothing outside sm_90a.
+// layout, a warpgroup's 64 rows times kWgmmaN columns into float32 accumulators. Compiled to
+// nothing outside sm_90a.
 #include <cstdint>
 #include <type_traits>
-#include <utility>
 
 #include "kmeans/kmeans_device.cuh"
 
@@ -122,64 +120,6 @@ __device__ __forceinline__ void multiply_chunk(float (&acc)[64], uint32_t a, int
     const uint32_t b_off = (s >> 2) * kWgmmaN * 128 + (s & 3) * 32;
     wgmma_128<T>(acc, descriptor_at(a_low, a_off), descriptor_at(b_low, b_off), s > 0 ? 1 : 0);
   }
-}
-
-// ---- the slab kernel's helpers -----------------------------------------------------------------
-
-/// f(integral_constant<int, i>) for i = 0 .. kN - 1, in order.
-template <typename F, int... kI>
-__device__ __forceinline__ void unrolled_impl(F&& f, std::integer_sequence<int, kI...>) {
-  (f(std::integral_constant<int, kI>()), ...);
-}
-template <int kN, typename F>
-__device__ __forceinline__ void unrolled(F&& f) {
-  unrolled_impl(f, std::make_integer_sequence<int, kN>());
-}
-
-/// The consumer warpgroups' barrier (named barrier 1).
-template <int kThreads>
-__device__ __forceinline__ void consumer_barrier() {
-  asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
-}
-template <int kRegs>
-__device__ __forceinline__ void registers_up() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
-template <int kRegs>
-__device__ __forceinline__ void registers_down() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-#endif
-}
-
-/// v with its low 7 bits replaced by kCol: the minimum of such values is the minimum score and
-/// names its column in one instruction. Scores within 2^-16 of each other (relative) then rank by
-/// column position rather than value, far inside the products' own rounding.
-/// (One LOP3, K & (v | low7) with K = ~127 | kCol and low7 = 127 in a register: the compiler
-/// would otherwise mask and set in two.)
-template <uint32_t kCol>
-__device__ __forceinline__ float tagged(float v, uint32_t low7) {
-  uint32_t out;
-  asm("lop3.b32 %0, %1, %2, %3, 0xC8;\n"
-      : "=r"(out)
-      : "r"(__float_as_uint(v)), "n"(~127u | kCol), "r"(low7));
-  return __uint_as_float(out);
-}
-/// tagged's bits as a signed integer: among floats of which one at least is not negative, the
-/// largest such integer is the largest float (negative floats are negative integers, and
-/// non-negative ones order as their bits), so that Hopper's three-way integer maximum (VIMNMX3)
-/// takes two scores an instruction where FMNMX takes one.
-template <uint32_t kCol>
-__device__ __forceinline__ int tagged_int(float v, uint32_t low7) {
-  return __float_as_int(tagged<kCol>(v, low7));
-}
-/// Two floats from shared memory (at a shared-space address).
-__device__ __forceinline__ float2 shared_float2(uint32_t address) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(address));
-  return v;
 }
 
 }  // namespace

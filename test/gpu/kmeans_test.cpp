@@ -596,9 +596,7 @@ TEST(Kmeans, CentroidsAlone) {
 // keeps the others' centroids as the last update computed them: the same bits as summing every
 // cluster at every update (CUDAOPS_KMEANS_UPDATE=full). Mixture data, so that clusters settle
 // within the iterations; with offsets, re-seeding and means too. The last three shapes take the
-// small problems' kernel, which also ends a problem's fit once no point moves. Where the slab
-// kernel assigns (more than 128 centroids, 16-bit points on an H100), the kept updates' fits also
-// assign again only what the changed clusters can change: the same labels and scores.
+// small problems' kernel, which also ends a problem's fit once no point moves.
 TEST(Kmeans, KeptClustersMatchAFullUpdate) {
   if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 7.5";
   struct Shape {
@@ -614,8 +612,6 @@ TEST(Kmeans, KeptClustersMatchAFullUpdate) {
   using M = KmeansMetric;
   for (const Shape& s :
        {Shape{DType::kFloat16, M::kCosine, false, E::kKeep, 100, 3000, {}},
-        Shape{DType::kBFloat16, M::kCosine, false, E::kKeep, 300, 4000, {}},
-        Shape{DType::kFloat16, M::kCosine, true, E::kKeep, 700, 5000, {4000, 5000, 3111, 4999}},
         Shape{DType::kBFloat16, M::kL2, true, E::kFarthest, 160, 3000, {}},
         Shape{DType::kFloat16, M::kL2, false, E::kKeep, 600, 3000, {3000, 2211, 2600, 2999}},
         Shape{DType::kFloat32, M::kCosine, true, E::kKeep, 300, 3000, {}},
