@@ -125,6 +125,53 @@ __device__ __forceinline__ void piece_to_floats(const uint4& raw, float (&f)[kPi
     f[e] = to_float(t[e]);
 }
 
+/// w[r] = 1 / |x_r - mean| (0 for a zero row) for the block's rows r < rows_here, by its
+/// kSmallWarps warps, kL lanes a row (a piece each). Called, not inlined: the kernel's registers
+/// are all taken, and this code, run once, would move their allocation in the iterations. The
+/// loop has no branch (rows past the problem's are zeros, kept out below), and lane `part` keeps
+/// the squared length of the row of its warp's part-th round (at most kL rounds), so that the
+/// square roots and divisions take one round, not one per row.
+template <typename T, int kL>
+__device__ __noinline__ void cosine_weights(const unsigned char* x_tile, int row_bytes,
+                                            const float* mu, int pieces, int rows_here, float* w) {
+  constexpr int kV = kPieceValues<T>;
+  constexpr int kR = kWarp / kL;
+  const int warp = static_cast<int>(threadIdx.x) / kWarp,
+            lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int sub = lane / kL, part = lane % kL;
+  const int q = part < pieces ? part : 0;
+  float m[kV];
+#pragma unroll
+  for (int e = 0; e < kV; ++e)
+    m[e] = part < pieces ? mu[part * kV + e] : 0.0f;
+  float held = 0.0f;
+  int round = 0;
+  for (int r0 = warp * kR; r0 < rows_here; r0 += kSmallWarps * kR, ++round) {
+    // (By 32-bit words: through a T pointer the compiler loads the piece value by value.)
+    const uint4 raw = *reinterpret_cast<const uint4*>(x_tile + (r0 + sub) * row_bytes + q * 16);
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+    float f[kV];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (sizeof(T) == 2) {
+        const float2 p = pair_values<T>(words[i]);
+        f[2 * i] = p.x;
+        f[2 * i + 1] = p.y;
+      } else {
+        f[i] = __uint_as_float(words[i]);
+      }
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kV; ++e)
+      s = fmaf(f[e] - m[e], f[e] - m[e], s);
+    s = group_sum<kL>(part < pieces ? s : 0.0f);
+    held = part == round ? s : held;
+  }
+  const int r = warp * kR + part * kSmallWarps * kR + sub;  // (the row of round `part`)
+  if (part < round && r < rows_here) w[r] = held > 0.0f ? 1.0f / sqrtf(held) : 0.0f;
+}
+
 // 128 registers a thread: the products' accumulators fit, and 16 warps hide the latencies of
 // the sums and the grouping. kL lanes read a row, a 16-byte piece each (kL pieces cover d_pad);
 // a warp's products take kM tiles of 16 rows.
@@ -210,24 +257,12 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     for (int e = 0; e < kV; ++e)
       m[e] = part < pieces ? mu[part * kV + e] : 0.0f;
   };
+  // Every block of the cluster runs before any writes to its shared memory: the barrier's wait
+  // is below, the block's own work (the weights) in its shadow.
+  if (a.blocks > 1) cluster_arrive();
   // Each point's weight in the sums: cosine 1 / |x - mean| (0 for a zero row), L2 1.
   if (a.cosine) {
-    float m[kV];
-    piece_mean(m);
-    for (int r0 = warp * kR; r0 < rows_here; r0 += kSmallWarps * kR) {
-      const int r = r0 + sub;
-      float s = 0.0f;
-      if (r < rows_here && part < pieces) {
-        float f[kV];
-        piece_to_floats<T>(*reinterpret_cast<const uint4*>(x_tile + r * l.row_bytes + part * 16),
-                           f);
-#pragma unroll
-        for (int e = 0; e < kV; ++e)
-          s = fmaf(f[e] - m[e], f[e] - m[e], s);
-      }
-      s = group_sum<kL>(s);
-      if (r < rows_here && part == 0) w[r] = s > 0.0f ? 1.0f / sqrtf(s) : 0.0f;
-    }
+    cosine_weights<T, kL>(x_tile, l.row_bytes, mu, pieces, rows_here, w);
   } else {
     for (int r = tid; r < rows; r += kSmallThreads)
       w[r] = 1.0f;
@@ -285,7 +320,11 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   };
   const int own_first = rank * l.owned;
   const int own_end = min(a.k, own_first + l.owned);
-  sync_all();  // every block of the cluster runs before any writes to its shared memory
+  if (a.blocks > 1) {
+    cluster_wait();
+  } else {
+    __syncthreads();
+  }
   // (Warp-uniform rounds of two clusters: the halves' shuffles need every lane.)
   constexpr int kRound = kSmallWarps * (kWarp / kC);
   for (int c0 = own_first + warp * (kWarp / kC); c0 < own_end; c0 += kRound) {
