@@ -212,5 +212,63 @@ __device__ __forceinline__ void chunk_minimum(const float (&acc)[kM][8][4], Bias
   }
 }
 
+/// v with its 4 low bits replaced by kPlace, in one LOP3 (K & (v | low4) with K = ~15 | kPlace and
+/// low4 = 15 in a register: the compiler would otherwise mask and set in two).
+template <uint32_t kPlace>
+__device__ __forceinline__ float placed(float v, uint32_t low4) {
+  uint32_t out;
+  asm("lop3.b32 %0, %1, %2, %3, 0xC8;\n"
+      : "=r"(out)
+      : "r"(__float_as_uint(v)), "n"(~15u | kPlace), "r"(low4));
+  return __uint_as_float(out);
+}
+
+/// The smallest placed score of row (m, h) over the lane's places [kLo, kHi) (place p: column
+/// 8 (p / 2) + 2 t + p % 2), as a tree. A NaN score never wins (fminf takes the other value),
+/// and an infinite bias placed above 0 is a NaN.
+template <uint32_t kLo, uint32_t kHi, int kM>
+__device__ __forceinline__ float placed_minimum(const float (&acc)[kM][8][4],
+                                                const float (&bj)[8][2], int m, int h, float alpha,
+                                                uint32_t low4) {
+  if constexpr (kHi - kLo == 1) {
+    return placed<kLo>(fmaf(-alpha, acc[m][kLo / 2][2 * h + kLo % 2], bj[kLo / 2][kLo % 2]), low4);
+  } else {
+    constexpr uint32_t kMid = (kLo + kHi) / 2;
+    return fminf(placed_minimum<kLo, kMid>(acc, bj, m, h, alpha, low4),
+                 placed_minimum<kMid, kHi>(acc, bj, m, h, alpha, low4));
+  }
+}
+
+/// As chunk_minimum, in one pass: each score's 4 low bits are replaced by its place among the
+/// lane's 16 columns (placed), so that the chunk's smallest value names its column. Scores
+/// within 2^-19 of each other (relative) rank by place rather than value, far inside the
+/// products' own rounding; the minimum's value is not kept exactly (only labels are asked for).
+template <int kM, typename Bias>
+__device__ __forceinline__ void chunk_minimum_placed(const float (&acc)[kM][8][4], Bias bias_of,
+                                                     float alpha, int t, int j0,
+                                                     float (&best)[kM][2], int (&best_j)[kM][2]) {
+  float bj[8][2];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      bj[nt][e] = bias_of(nt * 8 + 2 * t + e);
+    }
+  }
+  const uint32_t low4 = 15u;
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float low = placed_minimum<0, 16>(acc, bj, m, h, alpha, low4);
+      if (low < best[m][h]) {
+        const int place = static_cast<int>(__float_as_uint(low) & 15u);
+        best[m][h] = low;
+        best_j[m][h] = j0 + (place >> 1) * 8 + 2 * t + (place & 1);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cudaops::detail::kmeans

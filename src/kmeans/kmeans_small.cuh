@@ -388,7 +388,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
         float acc[kM][8][4];
         warp_products<T>(acc, a_base, operand + (j0 + b_row) * l.row_bytes + b_half, l.row_bytes,
                          steps);
-        chunk_minimum(
+        chunk_minimum_placed(
             acc, [&](int c) { return bias[j0 + c]; }, a.alpha, t, j0, best, best_j);
       }
 #pragma unroll
