@@ -43,6 +43,19 @@ __device__ __forceinline__ void cluster_sync() {
   cluster_wait();
 }
 
+/// A full cluster barrier whose release fence one warp takes for the block: the block's threads
+/// meet first (bar.sync orders their memory operations before warp 0's), warp 0 fences at cluster
+/// scope (fence.acq_rel.cluster, a MEMBAR.GPU) before the relaxed arrivals, and every thread's
+/// wait acquires. Every thread of the block must call it.
+__device__ __forceinline__ void cluster_sync_one_fence() {
+#if CUDAOPS_HAS_CLUSTERS
+  __syncthreads();
+  if (threadIdx.x < 32) asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
 /// `p` (this block's shared memory) in block `rank` of the cluster.
 template <typename T>
 __device__ __forceinline__ T* cluster_peer(T* p, int rank) {

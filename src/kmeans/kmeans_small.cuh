@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   auto peer = [&](auto* p, int r) { return a.blocks > 1 ? cluster_peer(p, r) : p; };
   auto sync_all = [&] {
     if (a.blocks > 1) {
-      cluster_sync();
+      cluster_sync_one_fence();
     } else {
       __syncthreads();
     }
@@ -258,8 +258,9 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
       m[e] = part < pieces ? mu[part * kV + e] : 0.0f;
   };
   // Every block of the cluster runs before any writes to its shared memory: the barrier's wait
-  // is below, the block's own work (the weights) in its shadow.
-  if (a.blocks > 1) cluster_arrive();
+  // is below, the block's own work (the weights) in its shadow. (Relaxed: the peers write only
+  // operand rows and biases of real clusters, which the block has not written, and read nothing.)
+  if (a.blocks > 1) cluster_arrive_relaxed();
   // Each point's weight in the sums: cosine 1 / |x - mean| (0 for a zero row), L2 1.
   if (a.cosine) {
     cosine_weights<T, kL>(x_tile, l.row_bytes, mu, pieces, rows_here, w);
@@ -334,7 +335,12 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     // Strided, as init_kernel takes them (and written out, as it writes them): point c * n / k,
     // centred, and for cosine at unit length (a zero vector stays zero).
     const int64_t point = strided_point(c, len, a.k);
-    const T* x = first + max(point, int64_t{0}) * a.rows.ld;
+    // (From the block's copy where the point is one of its rows, as it is where the clusters and
+    // rows divide alike: no round trip to memory.)
+    const int64_t local = point - row0;
+    const T* x = local >= 0 && local < rows_here
+                     ? reinterpret_cast<const T*>(x_tile + local * l.row_bytes)
+                     : first + max(point, int64_t{0}) * a.rows.ld;
     float4 v[kF];
     float s = 0.0f;
 #pragma unroll
