@@ -264,18 +264,12 @@ __device__ __forceinline__ void registers_down() {
 #endif
 }
 
-/// v with its low 7 bits replaced by kCol: the minimum of such values is the minimum score and
-/// names its column in one instruction. Scores within 2^-16 of each other (relative) then rank by
-/// column position rather than value, far inside the products' own rounding.
-/// (One LOP3, K & (v | low7) with K = ~127 | kCol and low7 = 127 in a register: the compiler
-/// would otherwise mask and set in two.)
+/// v with its low 7 bits replaced by kCol (low7 = 127): the minimum of such values is the minimum
+/// score and names its column in one instruction; scores within 2^-16 of each other (relative)
+/// rank by column position rather than value (low_bits_set).
 template <uint32_t kCol>
 __device__ __forceinline__ float tagged(float v, uint32_t low7) {
-  uint32_t out;
-  asm("lop3.b32 %0, %1, %2, %3, 0xC8;\n"
-      : "=r"(out)
-      : "r"(__float_as_uint(v)), "n"(~127u | kCol), "r"(low7));
-  return __uint_as_float(out);
+  return low_bits_set<127u, kCol>(v, low7);
 }
 /// tagged's bits as a signed integer: among floats of which one at least is not negative, the
 /// largest such integer is the largest float (negative floats are negative integers, and

@@ -164,6 +164,20 @@ struct AssignArgs {
   const int32_t* moved;
 };
 
+/// v with the bits of kMask (held in a register as `mask`) replaced by kTag, in one LOP3: K & (v |
+/// mask) with K = ~kMask | kTag (the compiler would otherwise mask and set in two). The minimum of
+/// such scores names its tag; scores within 2^-(23 - bits of kMask) of each other (relative) then
+/// rank by tag rather than value, far inside the products' own rounding.
+template <uint32_t kMask, uint32_t kTag>
+__device__ __forceinline__ float low_bits_set(float v, uint32_t mask) {
+  static_assert((kTag & ~kMask) == 0u, "the tag fits the mask");
+  uint32_t out;
+  asm("lop3.b32 %0, %1, %2, %3, 0xC8;\n"
+      : "=r"(out)
+      : "r"(__float_as_uint(v)), "n"(~kMask | kTag), "r"(mask));
+  return __uint_as_float(out);
+}
+
 /// The four lanes of a row (lane % 4) hold the minima (v, j) of its columns interleaved: each
 /// gets the smallest, the lower index on a tie.
 __device__ __forceinline__ void row_minimum(float& v, int& j) {

@@ -169,6 +169,18 @@ __device__ __forceinline__ void no_minimum(float (&best)[kM][2], int (&best_j)[k
   }
 }
 
+/// The biases of lane t % 4's 16 columns of a chunk: bj[nt][e] of column 8 nt + 2 t + e.
+template <typename Bias>
+__device__ __forceinline__ void chunk_biases(Bias bias_of, int t, float (&bj)[8][2]) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      bj[nt][e] = bias_of(nt * 8 + 2 * t + e);
+    }
+  }
+}
+
 /// Each row's running minimum over a chunk of 64 centroids from j0 (bias_of(c): the bias of
 /// centroid j0 + c, infinite past the last): first the chunk's smallest score of the row, then,
 /// only where it beats the running one, the first column that has it (columns in increasing
@@ -178,13 +190,7 @@ __device__ __forceinline__ void chunk_minimum(const float (&acc)[kM][8][4], Bias
                                               float alpha, int t, int j0, float (&best)[kM][2],
                                               int (&best_j)[kM][2]) {
   float bj[8][2];
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      bj[nt][e] = bias_of(nt * 8 + 2 * t + e);
-    }
-  }
+  chunk_biases(bias_of, t, bj);
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
 #pragma unroll
@@ -212,26 +218,16 @@ __device__ __forceinline__ void chunk_minimum(const float (&acc)[kM][8][4], Bias
   }
 }
 
-/// v with its 4 low bits replaced by kPlace, in one LOP3 (K & (v | low4) with K = ~15 | kPlace and
-/// low4 = 15 in a register: the compiler would otherwise mask and set in two).
-template <uint32_t kPlace>
-__device__ __forceinline__ float placed(float v, uint32_t low4) {
-  uint32_t out;
-  asm("lop3.b32 %0, %1, %2, %3, 0xC8;\n"
-      : "=r"(out)
-      : "r"(__float_as_uint(v)), "n"(~15u | kPlace), "r"(low4));
-  return __uint_as_float(out);
-}
-
 /// The smallest placed score of row (m, h) over the lane's places [kLo, kHi) (place p: column
-/// 8 (p / 2) + 2 t + p % 2), as a tree. A NaN score never wins (fminf takes the other value),
-/// and an infinite bias placed above 0 is a NaN.
+/// 8 (p / 2) + 2 t + p % 2; its 4 low bits replaced by p), as a tree. A NaN score never wins (fminf
+/// takes the other value), and an infinite bias placed above 0 is a NaN.
 template <uint32_t kLo, uint32_t kHi, int kM>
 __device__ __forceinline__ float placed_minimum(const float (&acc)[kM][8][4],
                                                 const float (&bj)[8][2], int m, int h, float alpha,
                                                 uint32_t low4) {
   if constexpr (kHi - kLo == 1) {
-    return placed<kLo>(fmaf(-alpha, acc[m][kLo / 2][2 * h + kLo % 2], bj[kLo / 2][kLo % 2]), low4);
+    return low_bits_set<15u, kLo>(
+        fmaf(-alpha, acc[m][kLo / 2][2 * h + kLo % 2], bj[kLo / 2][kLo % 2]), low4);
   } else {
     constexpr uint32_t kMid = (kLo + kHi) / 2;
     return fminf(placed_minimum<kLo, kMid>(acc, bj, m, h, alpha, low4),
@@ -240,7 +236,7 @@ __device__ __forceinline__ float placed_minimum(const float (&acc)[kM][8][4],
 }
 
 /// As chunk_minimum, in one pass: each score's 4 low bits are replaced by its place among the
-/// lane's 16 columns (placed), so that the chunk's smallest value names its column. Scores
+/// lane's 16 columns (low_bits_set), so that the chunk's smallest value names its column. Scores
 /// within 2^-19 of each other (relative) rank by place rather than value, far inside the
 /// products' own rounding; the minimum's value is not kept exactly (only labels are asked for).
 template <int kM, typename Bias>
@@ -248,13 +244,7 @@ __device__ __forceinline__ void chunk_minimum_placed(const float (&acc)[kM][8][4
                                                      float alpha, int t, int j0,
                                                      float (&best)[kM][2], int (&best_j)[kM][2]) {
   float bj[8][2];
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      bj[nt][e] = bias_of(nt * 8 + 2 * t + e);
-    }
-  }
+  chunk_biases(bias_of, t, bj);
   const uint32_t low4 = 15u;
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
