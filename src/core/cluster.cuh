@@ -51,9 +51,9 @@ __device__ __forceinline__ void cluster_sync_one_fence() {
 #if CUDAOPS_HAS_CLUSTERS
   __syncthreads();
   if (threadIdx.x < 32) asm volatile("fence.acq_rel.cluster;\n" ::: "memory");
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
+  cluster_arrive_relaxed();
+  cluster_wait();
 }
 
 /// `p` (this block's shared memory) in block `rank` of the cluster.

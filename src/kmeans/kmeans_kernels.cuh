@@ -28,7 +28,7 @@
 #include <utility>
 
 #include "kmeans/kmeans_random.h"
-#include "kmeans/kmeans_small.cuh"
+#include "kmeans/kmeans_small_launch.cuh"
 #include "kmeans/kmeans_update.cuh"
 
 namespace cudaops::detail::kmeans {
