@@ -19,7 +19,7 @@ k-means, 10 iterations, strided init, float32 here):
 Prints the fraction of (tile, chunk) pairs skipped and the work left against the full pass
 (padded chunks count whole). numpy only; about 15 s on two cores.
 
-    python3 bench/ivf_prune_model.py [--seq 131072] [--groups 64] [--margin 0.01] [--keys gaussian]
+    python3 bench/ivf_prune_model.py [--seq 131072] [--groups 64] [--margin 0.01] [--keys gaussian] [--directions 8]
 """
 
 import argparse
@@ -28,14 +28,14 @@ import time
 import numpy as np
 
 
-def draw_keys(rng, seq, dim, kind):
+def draw_keys(rng, seq, dim, kind, directions):
     """One head of the bench's keys (or, kind "gaussian", keys with no structure), centred."""
     if kind == "gaussian":
         x = rng.standard_normal((seq, dim)).astype(np.float32)
         return x - x.mean(0)
     offset = 2.0 + 0.5 * rng.standard_normal(dim)
-    dirs = rng.standard_normal((8, dim))
-    which = rng.integers(0, 8, seq)
+    dirs = rng.standard_normal((directions, dim))
+    which = rng.integers(0, directions, seq)
     x = (offset + dirs[which] + 0.3 * rng.standard_normal((seq, dim))).astype(np.float32)
     return x - x.mean(0)
 
@@ -61,12 +61,13 @@ def main():
     ap.add_argument("--groups", type=int, default=64, help="groups of the head's centroids")
     ap.add_argument("--margin", type=float, default=0.01, help="margin, a fraction of |y|")
     ap.add_argument("--keys", choices=["bench", "gaussian"], default="bench")
+    ap.add_argument("--directions", type=int, default=8, help="the bench's keys: directions")
     ap.add_argument("--seed", type=int, default=3)
     args = ap.parse_args()
     t0 = time.time()
     rng = np.random.default_rng(args.seed)
     dim, tile, chunk = 128, 64, 128
-    x = draw_keys(rng, args.seq, dim, args.keys)
+    x = draw_keys(rng, args.seq, dim, args.keys, args.directions)
     n = args.seq // args.segments
     cents, own = [], np.zeros(args.seq, np.int64)
     for s in range(args.segments):
