@@ -17,9 +17,11 @@ k-means, 10 iterations, strided init, float32 here):
 - the tokens ordered by their nearest group, then by their segment's cluster, in tiles of 64.
 
 Prints the fraction of (tile, chunk) pairs skipped and the work left against the full pass
-(padded chunks count whole). numpy only; about 15 s on two cores.
+(padded chunks count whole). With --npy, the keys are a head of an array of real keys (the
+layout `cudaops ivf build --keys` reads). numpy only; about 15 s on two cores.
 
     python3 bench/ivf_prune_model.py [--seq 131072] [--groups 64] [--margin 0.01] [--keys gaussian] [--directions 8]
+        [--npy keys.npy --head 0]
 """
 
 import argparse
@@ -42,7 +44,7 @@ def draw_keys(rng, seq, dim, kind, directions):
 
 def spherical_kmeans(x, k, iters):
     """Strided init, assignment by the largest inner product, unit sums; labels of the last."""
-    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-30)
     c = unit[np.arange(k) * (len(x) // k)].copy()
     for _ in range(iters):
         lab = np.argmax(x @ c.T, axis=1)
@@ -61,13 +63,23 @@ def main():
     ap.add_argument("--groups", type=int, default=64, help="groups of the head's centroids")
     ap.add_argument("--margin", type=float, default=0.01, help="margin, a fraction of |y|")
     ap.add_argument("--keys", choices=["bench", "gaussian"], default="bench")
+    ap.add_argument("--npy", help="keys [heads, tokens, dim] or [tokens, dim] from a .npy file")
+    ap.add_argument("--head", type=int, default=0, help="the head of --npy's keys")
     ap.add_argument("--directions", type=int, default=8, help="the bench's keys: directions")
     ap.add_argument("--seed", type=int, default=3)
     args = ap.parse_args()
     t0 = time.time()
     rng = np.random.default_rng(args.seed)
-    dim, tile, chunk = 128, 64, 128
-    x = draw_keys(rng, args.seq, dim, args.keys, args.directions)
+    tile, chunk = 64, 128
+    if args.npy:
+        keys = np.load(args.npy, mmap_mode="r")
+        keys = keys[args.head] if keys.ndim == 3 else keys
+        x = np.asarray(keys[: args.seq], dtype=np.float32)
+        x = x - x.mean(0)
+        args.seq = len(x) // args.segments * args.segments
+        x = x[: args.seq]
+    else:
+        x = draw_keys(rng, args.seq, 128, args.keys, args.directions)
     n = args.seq // args.segments
     cents, own = [], np.zeros(args.seq, np.int64)
     for s in range(args.segments):
