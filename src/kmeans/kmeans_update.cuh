@@ -215,16 +215,15 @@ struct SumArgs {
 // sizes vary; smaller blocks leave fewer warps idle behind the largest.
 constexpr int kSumWarps = 2;
 
-/// Prefetches into L2, as one stream, the block's share of its problem's rows (the problem's
-/// blocks split them evenly), so that the warps gather their clusters' scattered rows from L2
-/// rather than from DRAM 256 bytes at a time. A hint: nothing waits for it.
+/// Prefetches into L2, as one stream, the share of its problem's rows of the `span` items from
+/// item0 (the problem's spans split them evenly), so that the warps gather their clusters'
+/// scattered rows from L2 rather than from DRAM 256 bytes at a time. A hint: nothing waits for it.
 template <typename T>
-__device__ __forceinline__ void prefetch_share(const SumArgs<T>& args) {
+__device__ __forceinline__ void prefetch_share(const SumArgs<T>& args, int64_t item0, int span) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int64_t item0 = static_cast<int64_t>(blockIdx.x) * kSumWarps;
   const int64_t b = item0 / args.k;
-  const int64_t shares = (args.k + kSumWarps - 1) / kSumWarps;
-  const int64_t share = (item0 % args.k) / kSumWarps;
+  const int64_t shares = (args.k + span - 1) / span;
+  const int64_t share = (item0 % args.k) / span;
   const T* first;
   int64_t len;
   args.rows.problem(b, &first, &len);
@@ -241,6 +240,8 @@ __device__ __forceinline__ void prefetch_share(const SumArgs<T>& args) {
                : "memory");
 #else
   (void)args;
+  (void)item0;
+  (void)span;
 #endif
 }
 
@@ -277,18 +278,11 @@ __global__ void __launch_bounds__(256)
 /// load and keeps several loads in flight; each group of kL lanes adds its rows in row order and
 /// the groups are added in a fixed order: the same bits every run.
 template <typename T, int kL, int kQ>
-__global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarps)
-    sum_kernel(SumArgs<T> args) {
+__device__ __forceinline__ void sum_cluster(const SumArgs<T>& args, int64_t item, int lane) {
   constexpr int kSumUnroll = kQ == 1 ? 4 : 2;  // loads a lane has in flight before it adds any
   constexpr int kV = kPieceValues<T>;
   constexpr int kR = kWarp / kL;  // rows per load
-  const int lane = threadIdx.x % kWarp;
   const int sub = lane / kL, part = lane % kL;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * kSumWarps + threadIdx.x / kWarp;
-  if (item >= args.items) return;
-  // The same rows in the same order as the last update's: its centroid (and operand row) stands.
-  if (args.dirty != nullptr && args.dirty[item] == 0) return;
-  if (args.prefetch && threadIdx.x == 0) prefetch_share(args);
   const int64_t b = item / args.k;
   const int count = args.counts[item];
   if (count == 0) return;
@@ -411,6 +405,39 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
   }
   if (args.operand != nullptr && part == 0) {
     args.bias[item] = centroid_bias(args.cosine, norm, args.fold ? shift : 0.0f);
+  }
+}
+
+/// Items a warp takes where only the changed clusters are summed (args.dirty): the unchanged ones
+/// then cost a flag in one load of the warp rather than a block's launch each.
+constexpr int kSumSpan = 32;
+
+/// kSpan false: a warp per cluster (sum_cluster), every cluster. kSpan: only the changed clusters
+/// (args.dirty), a warp per kSumSpan consecutive clusters summing the changed ones in turn; an
+/// unchanged cluster has the same rows in the same order as at the last update, so its centroid
+/// (and operand row) stands. Two kernels, so that the full update keeps its registers.
+template <typename T, int kL, int kQ, bool kSpan>
+__global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarps)
+    sum_kernel(SumArgs<T> args) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kSumWarps + threadIdx.x / kWarp;
+  if constexpr (!kSpan) {
+    if (warp >= args.items) return;
+    if (args.prefetch && threadIdx.x == 0)
+      prefetch_share(args, static_cast<int64_t>(blockIdx.x) * kSumWarps, kSumWarps);
+    sum_cluster<T, kL, kQ>(args, warp, lane);
+  } else {
+    const int64_t item0 = warp * kSumSpan;
+    const int64_t mine = item0 + lane;
+    uint32_t todo = __ballot_sync(kFull, mine < args.items && args.dirty[mine] != 0);
+    // Where most of the span changed, its share of the problem's rows is read almost whole.
+    if (args.prefetch && lane == 0 && __popc(todo) * 2 >= kSumSpan)
+      prefetch_share(args, item0, kSumSpan);
+    while (todo != 0) {
+      const int next = __ffs(static_cast<int>(todo)) - 1;
+      todo &= todo - 1;
+      sum_cluster<T, kL, kQ>(args, item0 + next, lane);
+    }
   }
 }
 
@@ -557,10 +584,15 @@ Status launch_update(const Call& call, bool with_operand, bool marks, cudaStream
                   call.metric == KmeansMetric::kCosine,
                   call.fold_means,
                   p.n * p.ld * static_cast<int64_t>(sizeof(T)) <= kPrefetchMost};
-  const unsigned blocks = blocks_for(args.items, kSumWarps);
   with_row_lanes<T>(p.d, [&](auto lanes, auto pieces) {
-    sum_kernel<T, decltype(lanes)::value, decltype(pieces)::value>
-        <<<blocks, kSumWarps * 32, 0, stream>>>(args);
+    constexpr int kL = decltype(lanes)::value, kQ = decltype(pieces)::value;
+    if (marks) {
+      sum_kernel<T, kL, kQ, true><<<blocks_for((args.items + kSumSpan - 1) / kSumSpan, kSumWarps),
+                                    kSumWarps * 32, 0, stream>>>(args);
+    } else {
+      sum_kernel<T, kL, kQ, false>
+          <<<blocks_for(args.items, kSumWarps), kSumWarps * 32, 0, stream>>>(args);
+    }
   });
   return launched(stream);
 }
