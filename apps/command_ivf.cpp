@@ -32,6 +32,7 @@ struct IvfOptions {
   int64_t clusters = 2048, segments = 4;
   int n_iters = 10;
   bool segments_only = false;
+  bool dense = false;
   int64_t q_heads = 0, n_queries = 1, k = 100;
   std::vector<int64_t> n_probe;
   int build_iters = 3, iters = 50;
@@ -119,6 +120,7 @@ IvfBuildParams build_params(const IvfOptions& o) {
   params.n_segments = o.segments;
   params.n_iters = o.n_iters;
   params.global_pass = !o.segments_only;
+  params.prune = !o.dense;
   return params;
 }
 
@@ -364,6 +366,8 @@ void add_data_options(CLI::App* c, IvfOptions* o) {
   c->add_option("--segments", o->segments, "segments per head")->check(positive_integer());
   c->add_option("--n_iters", o->n_iters, "k-means iterations")->check(non_negative_integer());
   c->add_flag("--segments-only", o->segments_only, "no global pass");
+  c->add_flag("--dense", o->dense,
+              "the global pass against every cluster (no pruning: keys with no structure)");
   c->add_option("--build-iters", o->build_iters, "timed builds")->check(positive_integer());
   c->add_option("--seed", o->seed, "seed of the synthetic data");
 }

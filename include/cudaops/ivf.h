@@ -70,6 +70,11 @@ struct IvfBuildParams {
   int64_t n_segments = 1;   ///< contiguous segments per head, each clustered on its own
   int n_iters = 10;         ///< spherical k-means iterations per segment, >= 0
   bool global_pass = true;  ///< reassign every token against all of its head's clusters
+  /// The global pass skips, for each tile of tokens, the chunks of centroids that provably cannot
+  /// hold any of its tokens' best (same labels as the full pass but at near ties; docs/ivf.md).
+  /// Taken where n_clusters >= 1024 and dim <= 256. Keys with no structure (few chunks skipped)
+  /// build faster without it.
+  bool prune = true;
 };
 
 /// The keys (and values) to build from: row-major [H, S, D] (and [H, S, value_dim]).

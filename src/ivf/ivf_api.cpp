@@ -58,6 +58,7 @@ Status ivf_build(const IvfInput& input, const IvfBuildParams& params, IvfIndex* 
   call.per_segment = params.n_clusters / params.n_segments;
   call.n_iters = params.n_iters;
   call.global_pass = params.global_pass;
+  call.prune = detail::ivf::prune_plan(shape, params);
   call.keys = input.keys;
   call.values = input.values;
   call.buffer = static_cast<unsigned char*>(index->data);

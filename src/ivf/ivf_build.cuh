@@ -19,6 +19,7 @@
 #include "core/launch_config.h"
 #include "core/vector.cuh"
 #include "ivf/ivf_plan.h"
+#include "ivf/ivf_prune.cuh"
 #include "kmeans/kmeans_update.cuh"
 
 namespace cudaops::detail::ivf {
@@ -550,6 +551,95 @@ Status group_by_cluster(const KmeansPoints& rows, const int32_t* labels, int64_t
                               stream);
 }
 
+/// The pruned global pass (ivf_prune.cuh): labels holds each token's cluster in its head (the
+/// segments' fit) on entry, the pass's on return; counts, starts and perm are overwritten.
+template <typename T>
+Status pruned_pass(const BuildCall& call, const T* centred, const float* centroids, int32_t* labels,
+                   cudaStream_t stream) {
+  const IvfShape& s = call.shape;
+  const BuildLayout& w = call.layout;
+  const PrunePlan& plan = call.prune;
+  unsigned char* ws = call.workspace;
+  const int64_t c = call.n_clusters;
+  // The centroids' groups.
+  KmeansResult groups;
+  groups.centroids = at<float>(ws, w.group_centroids);
+  groups.labels = at<int32_t>(ws, w.group_labels);
+  if (Status st = cudaops::kmeans(group_points(s, centroids, c, true), group_params(plan), groups,
+                                  ws + w.kmeans, w.kmeans_bytes, stream);
+      !st.ok()) {
+    return st;
+  }
+  if (Status st = cudaops::kmeans_assign(
+          group_points(s, centroids, c, false),
+          group_centroids(plan, static_cast<const float*>(groups.centroids)), KmeansMetric::kCosine,
+          groups.labels, nullptr, ws + w.kmeans, w.kmeans_bytes, stream);
+      !st.ok()) {
+    return st;
+  }
+  ChunkArgs<T> a;
+  a.centroids = centroids;
+  a.clusters = c;
+  a.groups = plan.groups;
+  a.group_counts = at<int32_t>(ws, w.group_counts);
+  a.group_starts = at<int32_t>(ws, w.group_starts);
+  a.grouped = at<int32_t>(ws, w.grouped);
+  a.chunk_first = at<int32_t>(ws, w.chunk_first);
+  a.d = static_cast<int>(s.dim);
+  a.d_pad = static_cast<int>(plan.d_pad);
+  a.chunk_slots = plan.chunk_slots;
+  a.mean_rows = plan.mean_rows;
+  a.operand = at<T>(ws, w.operand);
+  a.column = at<int32_t>(ws, w.column);
+  a.means = at<T>(ws, w.chunk_means);
+  a.radius = at<float>(ws, w.radius);
+  a.position = at<int32_t>(ws, w.position);
+  a.chunk_of = at<int32_t>(ws, w.chunk_of);
+  // (Grouping reads the rows' count alone.)
+  const Rows<T> centroid_rows{nullptr, s.dim, c * s.dim, c, nullptr};
+  if (Status st = kmeans::launch_group(
+          kOp, centroid_rows, s.heads, groups.labels, plan.groups, at<int32_t>(ws, w.group_counts),
+          at<int32_t>(ws, w.group_starts), at<int32_t>(ws, w.grouped), stream);
+      !st.ok()) {
+    return st;
+  }
+  chunk_starts_kernel<<<static_cast<unsigned>(s.heads), 32, 0, stream>>>(
+      a.group_counts, plan.groups, at<int32_t>(ws, w.chunk_first));
+  if (Status st = launched(stream); !st.ok()) return st;
+  chunks_kernel<T><<<dim3(static_cast<unsigned>(plan.mean_rows), static_cast<unsigned>(s.heads)),
+                     256, plan.d_pad * sizeof(float), stream>>>(a);
+  if (Status st = launched(stream); !st.ok()) return st;
+  // The tokens by group, then by cluster within one.
+  order_keys_kernel<<<blocks_for(s.heads * call.seq, 256), 256, 0, stream>>>(
+      labels, s.heads, call.seq, c, a.position);
+  if (Status st = launched(stream); !st.ok()) return st;
+  int32_t* order = at<int32_t>(ws, w.perm);
+  if (Status st =
+          group_by_cluster<T>(head_points(s, centred, call.seq), labels, c,
+                              at<int32_t>(ws, w.counts), at<int32_t>(ws, w.starts), order, stream);
+      !st.ok()) {
+    return st;
+  }
+  PruneArgs<T> p;
+  p.keys = centred;
+  p.seq = call.seq;
+  p.d = a.d;
+  p.d_pad = a.d_pad;
+  p.order = order;
+  p.chunk_first = a.chunk_first;
+  p.groups = plan.groups;
+  p.operand = a.operand;
+  p.column = a.column;
+  p.chunk_slots = plan.chunk_slots;
+  p.means = a.means;
+  p.radius = a.radius;
+  p.mean_rows = plan.mean_rows;
+  p.chunk_of = a.chunk_of;
+  p.clusters = c;
+  p.labels = labels;
+  return launch_pruned_pass<T>(p, s.heads, stream);
+}
+
 }  // namespace
 
 template <typename T>
@@ -597,8 +687,9 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
   // Every segment of every head in one k-means call.
   KmeansResult fit;
   fit.centroids = centroids;  // [H * n_segments, per_segment, D] = [H, C, D]
-  // One label per row of [H * S, D]; with the global pass, that pass's labels alone.
-  fit.labels = call.global_pass ? nullptr : labels;
+  // One label per row of [H * S, D]; with the global pass, that pass's labels alone (the pruned
+  // pass orders the tokens by their segment's labels).
+  fit.labels = call.global_pass && !call.prune.on ? nullptr : labels;
   if (Status st =
           cudaops::kmeans(segment_points(s, centred, call.seq, call.n_segments, seg_offsets),
                           segment_params(call.per_segment, call.n_iters, nullptr), fit,
@@ -606,7 +697,14 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
       !st.ok()) {
     return st;
   }
-  if (call.global_pass) {
+  if (call.prune.on) {
+    if (call.n_segments > 1) {
+      segment_labels_kernel<<<blocks_for(s.heads * call.seq, 256), 256, 0, stream>>>(
+          labels, s.heads, call.seq, call.n_segments, call.per_segment);
+      if (Status st = launched(stream); !st.ok()) return st;
+    }
+    if (Status st = pruned_pass<T>(call, centred, centroids, labels, stream); !st.ok()) return st;
+  } else if (call.global_pass) {
     KmeansCentroids all;
     all.data = centroids;
     all.dtype = DType::kFloat32;

@@ -162,6 +162,35 @@ Status build_layout(const char* op, const IvfShape& s, int64_t seq, const IvfBui
     return st;
   }
   l->kmeans_bytes = std::max(fit, assign);
+  const PrunePlan plan = prune_plan(s, params);
+  if (plan.on) {
+    size_t groups = 0, grouping = 0;
+    if (Status st = kmeans_workspace_size(group_points(s, nullptr, params.n_clusters, true),
+                                          group_params(plan), &groups);
+        !st.ok()) {
+      return st;
+    }
+    if (Status st = kmeans_assign_workspace_size(group_points(s, nullptr, params.n_clusters, false),
+                                                 group_centroids(plan, nullptr),
+                                                 KmeansMetric::kCosine, &grouping);
+        !st.ok()) {
+      return st;
+    }
+    l->kmeans_bytes = std::max({l->kmeans_bytes, groups, grouping});
+    const int64_t g = plan.groups, c = params.n_clusters, e = s.dtype == DType::kFloat32 ? 4 : 2;
+    l->group_centroids = p.add({s.heads, g, s.dim, 4});
+    l->group_labels = p.add({s.heads, c, 4});
+    l->group_counts = p.add({s.heads, g, 4});
+    l->group_starts = p.add({s.heads, g, 4});
+    l->grouped = p.add({s.heads, c, 4});
+    l->position = p.add({s.heads, c, 4});
+    l->chunk_of = p.add({s.heads, c, 4});
+    l->chunk_first = p.add({s.heads, g + 1, 4});
+    l->operand = p.add({s.heads, plan.chunk_slots, 64, plan.d_pad, e});
+    l->column = p.add({s.heads, plan.chunk_slots, 64, 4});
+    l->chunk_means = p.add({s.heads, plan.mean_rows, plan.d_pad, e});
+    l->radius = p.add({s.heads, plan.mean_rows, 4});
+  }
   l->kmeans = p.add({static_cast<int64_t>(l->kmeans_bytes)});
   l->bytes = p.offset;
   if (p.overflow) return invalid(op, "the workspace size overflows");
@@ -406,6 +435,53 @@ KmeansPoints head_points(const IvfShape& shape, const void* keys, int64_t seq) {
   p.ld = shape.dim;
   p.batch_stride = seq * shape.dim;
   return p;
+}
+
+PrunePlan prune_plan(const IvfShape& shape, const IvfBuildParams& params) {
+  PrunePlan plan;
+  // Fewer clusters leave little to skip; float32 k-means (of the centroids) takes 256 dims.
+  if (!params.global_pass || !params.prune || params.n_clusters < 1024 || shape.dim > 256) {
+    return plan;
+  }
+  plan.on = true;
+  // Groups of about 128 centroids: two chunks of 64 each.
+  plan.groups = static_cast<int>(std::clamp<int64_t>(params.n_clusters / 128, 2, 256));
+  const int64_t element = shape.dtype == DType::kFloat32 ? 4 : 2;
+  plan.d_pad = (shape.dim + 32 / element - 1) / (32 / element) * (32 / element);
+  // A group of n centroids takes ceil(n / 64) chunks: at most C / 64 + G in all (<= 764).
+  plan.chunk_slots = (params.n_clusters + 63 * plan.groups + 63) / 64;
+  plan.mean_rows = (plan.chunk_slots + 63) / 64 * 64;
+  return plan;
+}
+
+KmeansPoints group_points(const IvfShape& shape, const float* centroids, int64_t n_clusters,
+                          bool sample) {
+  KmeansPoints p;
+  p.data = centroids;
+  p.dtype = DType::kFloat32;
+  p.batch = shape.heads;
+  p.n = sample ? n_clusters / kGroupSample : n_clusters;  // >= 256 (C >= 1024), >= 4 G
+  p.d = shape.dim;
+  p.ld = sample ? kGroupSample * shape.dim : shape.dim;
+  p.batch_stride = n_clusters * shape.dim;
+  return p;
+}
+
+KmeansCentroids group_centroids(const PrunePlan& plan, const float* centroids) {
+  KmeansCentroids c;
+  c.data = centroids;
+  c.dtype = DType::kFloat32;
+  c.n_clusters = plan.groups;
+  return c;
+}
+
+KmeansParams group_params(const PrunePlan& plan) {
+  KmeansParams params;
+  params.n_clusters = plan.groups;
+  params.n_iters = 5;
+  params.metric = KmeansMetric::kCosine;
+  params.init = KmeansInit::kStrided;
+  return params;
 }
 
 KmeansParams segment_params(int64_t per_segment, int n_iters, const float* means) {

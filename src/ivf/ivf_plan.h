@@ -22,6 +22,26 @@ inline constexpr int64_t kMaxDim = 512;
 /// Row ranges of a head whose column sums its mean adds in order (so that every SM reads keys).
 inline constexpr int kMeanParts = 64;
 
+/// The pruned global pass's sizes (ivf_prune.cuh): whether it runs, the centroids' groups, the
+/// chunks of 64 centroids a head's layout holds and its chunk means' rows (rounded up to 64).
+struct PrunePlan {
+  bool on = false;
+  int groups = 0;
+  int64_t d_pad = 0;
+  int64_t chunk_slots = 0;
+  int64_t mean_rows = 0;
+};
+PrunePlan prune_plan(const IvfShape& shape, const IvfBuildParams& params);
+/// Every kGroupSample-th centroid of each head is fitted into the plan's groups, then every
+/// centroid assigned to them: the groups steer only how much the pass skips, not its labels.
+inline constexpr int64_t kGroupSample = 4;
+/// Each head's centroids ([H, C, D] float32) as k-means points: all, or (sample) every
+/// kGroupSample-th.
+KmeansPoints group_points(const IvfShape& shape, const float* centroids, int64_t n_clusters,
+                          bool sample);
+KmeansParams group_params(const PrunePlan& plan);
+KmeansCentroids group_centroids(const PrunePlan& plan, const float* centroids);
+
 /// The workspace of a build, every piece 256-byte aligned (byte offsets).
 struct BuildLayout {
   size_t mean_parts = 0;   // [H, kMeanParts, D] float32: column sums of each head's row ranges
@@ -33,6 +53,19 @@ struct BuildLayout {
   size_t perm = 0;         // [H, S] int32: each head's tokens in cluster order
   size_t kmeans = 0;       // k-means' workspace, then kmeans_assign's
   size_t kmeans_bytes = 0;
+  // The pruned pass (PrunePlan::on), G groups, N chunk slots, M mean rows, P = d_pad:
+  size_t group_centroids = 0;  // [H, G, D] float32
+  size_t group_labels = 0;     // [H, C] int32: each centroid's group
+  size_t group_counts = 0;     // [H, G] int32
+  size_t group_starts = 0;     // [H, G] int32
+  size_t grouped = 0;          // [H, C] int32: the centroids in group order
+  size_t position = 0;         // [H, C] int32: each centroid's place in that order
+  size_t chunk_of = 0;         // [H, C] int32: the chunk of each place
+  size_t chunk_first = 0;      // [H, G + 1] int32
+  size_t operand = 0;          // [H, N * 64, P] keys' dtype
+  size_t column = 0;           // [H, N * 64] int32
+  size_t chunk_means = 0;      // [H, M, P] keys' dtype
+  size_t radius = 0;           // [H, M] float32
   size_t bytes = 0;
 };
 
@@ -46,6 +79,7 @@ struct BuildCall {
   int64_t per_segment = 0;  // C / n_segments
   int n_iters = 0;
   bool global_pass = true;
+  PrunePlan prune;
   const void* keys = nullptr;
   const void* values = nullptr;
   unsigned char* buffer = nullptr;  // the index's

@@ -209,6 +209,7 @@ struct SumArgs {
   bool cosine;
   bool fold;      // the bias carries alpha * mean . c (Call::fold_means)
   bool prefetch;  // prefetch_share: each problem's rows fit L2 a few times over
+  int span = 1;   // items a warp takes (sum_kernel's kSpan form), 1 to kSumSpan
 };
 
 // Two warps a block: a block holds its SM slot until its largest cluster is summed, and clusters'
@@ -408,9 +409,13 @@ __device__ __forceinline__ void sum_cluster(const SumArgs<T>& args, int64_t item
   }
 }
 
-/// Items a warp takes where only the changed clusters are summed (args.dirty): the unchanged ones
-/// then cost a flag in one load of the warp rather than a block's launch each.
+/// Most items a warp takes where only the changed clusters are summed (args.dirty): the unchanged
+/// ones then cost a flag in one load of the warp rather than a block's launch each.
 constexpr int kSumSpan = 32;
+/// Warps the span form keeps at least (where there are that many items): fewer, longer spans
+/// leave the device idle behind a few warps (a batch of 32 x 512 clusters in spans of 32 took
+/// 2.5 times as long as a warp a cluster).
+constexpr int64_t kSumSpanWarps = 8192;
 
 /// kSpan false: a warp per cluster (sum_cluster), every cluster. kSpan: only the changed clusters
 /// (args.dirty), a warp per kSumSpan consecutive clusters summing the changed ones in turn; an
@@ -427,12 +432,13 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
       prefetch_share(args, static_cast<int64_t>(blockIdx.x) * kSumWarps, kSumWarps);
     sum_cluster<T, kL, kQ>(args, warp, lane);
   } else {
-    const int64_t item0 = warp * kSumSpan;
+    const int64_t item0 = warp * args.span;
     const int64_t mine = item0 + lane;
-    uint32_t todo = __ballot_sync(kFull, mine < args.items && args.dirty[mine] != 0);
+    uint32_t todo =
+        __ballot_sync(kFull, lane < args.span && mine < args.items && args.dirty[mine] != 0);
     // Where most of the span changed, its share of the problem's rows is read almost whole.
-    if (args.prefetch && lane == 0 && __popc(todo) * 2 >= kSumSpan)
-      prefetch_share(args, item0, kSumSpan);
+    if (args.prefetch && lane == 0 && __popc(todo) * 2 >= args.span)
+      prefetch_share(args, item0, args.span);
     while (todo != 0) {
       const int next = __ffs(static_cast<int>(todo)) - 1;
       todo &= todo - 1;
@@ -584,10 +590,12 @@ Status launch_update(const Call& call, bool with_operand, bool marks, cudaStream
                   call.metric == KmeansMetric::kCosine,
                   call.fold_means,
                   p.n * p.ld * static_cast<int64_t>(sizeof(T)) <= kPrefetchMost};
+  args.span = static_cast<int>(
+      std::clamp<int64_t>(args.items / kSumSpanWarps, 1, static_cast<int64_t>(kSumSpan)));
   with_row_lanes<T>(p.d, [&](auto lanes, auto pieces) {
     constexpr int kL = decltype(lanes)::value, kQ = decltype(pieces)::value;
     if (marks) {
-      sum_kernel<T, kL, kQ, true><<<blocks_for((args.items + kSumSpan - 1) / kSumSpan, kSumWarps),
+      sum_kernel<T, kL, kQ, true><<<blocks_for((args.items + args.span - 1) / args.span, kSumWarps),
                                     kSumWarps * 32, 0, stream>>>(args);
     } else {
       sum_kernel<T, kL, kQ, false>

@@ -38,6 +38,7 @@ struct Case {
   int64_t capacity = 0, max_clusters = 0;  // 0: seq, clusters
   int64_t distinct = 0;  // > 0: each head's keys repeat its first `distinct` (tied scores)
   bool global_pass = true;
+  bool prune = true;
   int n_iters = 4;
 };
 
@@ -46,7 +47,7 @@ std::ostream& operator<<(std::ostream& os, const Case& c) {
             << " Dv=" << c.value_dim << " C=" << c.clusters << " segments=" << c.segments
             << " capacity=" << c.capacity << " max_clusters=" << c.max_clusters
             << (c.distinct > 0 ? " distinct=" + std::to_string(c.distinct) : std::string())
-            << (c.global_pass ? " global" : "");
+            << (c.global_pass ? " global" : "") << (c.global_pass && !c.prune ? " dense" : "");
 }
 
 /// Keys around a few directions per head plus a large common offset (as attention keys have).
@@ -120,6 +121,7 @@ struct Built {
   params.n_segments = c.segments;
   params.n_iters = c.n_iters;
   params.global_pass = c.global_pass;
+  params.prune = c.prune;
   size_t bytes = 0;
   if (Status s = ivf_build_workspace_size(index.shape, input, params, &bytes); !s.ok()) {
     return ::testing::AssertionFailure() << s.to_string();
@@ -372,6 +374,34 @@ std::vector<Case> Cases() {
     many.capacity = 4300;
     many.max_clusters = 8300;
     cases.push_back(many);
+    // 1024 clusters or more: the pruned global pass (groups of centroids in chunks, the tokens
+    // in group order), and the dense one beside it; odd lengths, 96 and 256 dimensions.
+    for (bool prune : {true, false}) {
+      Case pruned;
+      pruned.dtype = dtype;
+      pruned.prune = prune;
+      pruned.heads = 2;
+      pruned.seq = 6001;
+      pruned.dim = 128;
+      pruned.value_dim = 64;
+      pruned.clusters = 1024;
+      pruned.segments = 2;
+      cases.push_back(pruned);
+    }
+    Case narrow;
+    narrow.dtype = dtype;
+    narrow.seq = 4097;
+    narrow.dim = 96;
+    narrow.clusters = 1280;
+    narrow.segments = 5;
+    cases.push_back(narrow);
+    Case broad;
+    broad.dtype = dtype;
+    broad.seq = 2500;
+    broad.dim = 256;
+    broad.value_dim = 16;
+    broad.clusters = 1024;
+    cases.push_back(broad);
     Case one;
     one.dtype = dtype;
     one.seq = 1;

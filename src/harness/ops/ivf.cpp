@@ -49,7 +49,9 @@ IvfBuildParams build_params_of(const CaseConfig& config) {
   p.n_clusters = dim_value(config.dims, "clusters");
   p.n_segments = dim_value(config.dims, "segments", 1);
   p.n_iters = static_cast<int>(dim_value(config.dims, "n_iters", 10));
-  p.global_pass = dim_value(config.dims, "pass", 0) == 0;
+  const int64_t pass = dim_value(config.dims, "pass", 0);
+  p.global_pass = pass != 1;
+  p.prune = pass == 0;
   return p;
 }
 
@@ -614,9 +616,10 @@ std::vector<DimSpec> index_dims() {
           {"segments", "contiguous segments per head, each clustered on its own", 4},
           {"n_iters", "spherical k-means iterations per segment", 10},
           {"pass",
-           "the final assignment: global (all of the head's clusters) or segments",
+           "the final assignment: global (all of the head's clusters, pruned exactly), segments, "
+           "or dense (global, every token against every cluster)",
            0,
-           {{"global", 0}, {"segments", 1}}},
+           {{"global", 0}, {"segments", 1}, {"dense", 2}}},
           {"values", "values as well as keys (1) or keys alone (0)", 1}};
 }
 

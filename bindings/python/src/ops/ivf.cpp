@@ -299,7 +299,8 @@ PyIndex load(py::handle path, py::handle device_obj) {
 
 PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_obj,
                      py::handle n_segments_obj, py::handle n_iters_obj, bool global_pass,
-                     py::handle capacity_obj, py::handle max_clusters_obj, py::handle stream) {
+                     bool prune, py::handle capacity_obj, py::handle max_clusters_obj,
+                     py::handle stream) {
   CallContext ctx("ivf.build_global", stream);
   ctx.results_like(py::none());  // the index's buffer is the module's
   IvfBuildParams params;
@@ -307,6 +308,7 @@ PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_o
   params.n_segments = int_arg(n_segments_obj, ctx.op(), "n_segments");
   params.n_iters = iters_arg(n_iters_obj, ctx.op());
   params.global_pass = global_pass;
+  params.prune = prune;
   ArrayView vk = ctx.import(keys, "keys", Access::kRead);
   require_heads_tokens_dim(ctx, vk);
   std::optional<ArrayView> vv;
@@ -419,15 +421,18 @@ another byte order or a newer version, or whose contents disagree (cluster range
 ids), is refused with OSError; nothing is loaded. The index holds exactly the file's tokens.)doc");
   m.def("ivf_build_global", &build_global, py::arg("keys"), py::arg("values"),
         py::arg("n_clusters"), py::arg("n_segments"), py::arg("n_iters") = 10,
-        py::arg("global_pass") = true, py::kw_only(), py::arg("capacity") = py::none(),
-        py::arg("max_clusters") = py::none(), py::arg("stream") = py::none(),
+        py::arg("global_pass") = true, py::kw_only(), py::arg("prune") = true,
+        py::arg("capacity") = py::none(), py::arg("max_clusters") = py::none(),
+        py::arg("stream") = py::none(),
         R"doc(An IVF-Flat index over keys [heads, tokens, dim] (float16 or bfloat16, C-contiguous,
 dim a multiple of 8 up to 512) and values [heads, tokens, value_dim] of the same dtype, or None.
 Each head's keys are centred by its mean; its tokens split into n_segments contiguous segments
 (as numpy.array_split splits them), each clustered on its own into n_clusters / n_segments
 clusters by spherical k-means (n_iters iterations, strided initialisation), every segment of
 every head in one call; with global_pass every token then joins the cluster of its largest inner
-product among all of its head's clusters. capacity and max_clusters (None: the tokens and clusters
+product among all of its head's clusters; with prune (n_clusters >= 1024, dim <= 256) that pass
+skips the chunks of clusters that provably hold no token's best (the same labels but at near
+ties; turn it off for keys with no structure, where little is skipped). capacity and max_clusters (None: the tokens and clusters
 built) reserve room per head for Index.extend. Runs on `stream`, ordered after the inputs'
 producers.)doc");
 }
