@@ -72,8 +72,8 @@ struct IvfBuildParams {
   bool global_pass = true;  ///< reassign every token against all of its head's clusters
   /// The global pass skips, for each tile of tokens, the chunks of centroids that provably cannot
   /// hold any of its tokens' best (same labels as the full pass but at near ties; docs/ivf.md).
-  /// Taken where n_clusters >= 1024 and dim <= 256. Keys with no structure (few chunks skipped)
-  /// build faster without it.
+  /// Taken where n_clusters >= 4096 (below, the grouping costs what it saves) and dim <= 256.
+  /// Keys with no structure (few chunks skipped) build faster without it.
   bool prune = true;
 };
 

@@ -374,17 +374,17 @@ std::vector<Case> Cases() {
     many.capacity = 4300;
     many.max_clusters = 8300;
     cases.push_back(many);
-    // 1024 clusters or more: the pruned global pass (groups of centroids in chunks, the tokens
-    // in group order), and the dense one beside it; odd lengths, 96 and 256 dimensions.
+    // 4096 clusters: the pruned global pass (groups of centroids in chunks, the tokens in group
+    // order), and the dense one beside it. gpu.ivf_pruned_everywhere runs every case pruned
+    // (from 64 clusters), the odd lengths and 96 and 256 dimensions below among them.
     for (bool prune : {true, false}) {
       Case pruned;
       pruned.dtype = dtype;
       pruned.prune = prune;
-      pruned.heads = 2;
-      pruned.seq = 6001;
+      pruned.seq = 8201;
       pruned.dim = 128;
-      pruned.value_dim = 64;
-      pruned.clusters = 1024;
+      pruned.value_dim = 32;
+      pruned.clusters = 4096;
       pruned.segments = 2;
       cases.push_back(pruned);
     }

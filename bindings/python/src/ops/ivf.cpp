@@ -430,7 +430,7 @@ Each head's keys are centred by its mean; its tokens split into n_segments conti
 (as numpy.array_split splits them), each clustered on its own into n_clusters / n_segments
 clusters by spherical k-means (n_iters iterations, strided initialisation), every segment of
 every head in one call; with global_pass every token then joins the cluster of its largest inner
-product among all of its head's clusters; with prune (n_clusters >= 1024, dim <= 256) that pass
+product among all of its head's clusters; with prune (n_clusters >= 4096, dim <= 256) that pass
 skips the chunks of clusters that provably hold no token's best (the same labels but at near
 ties; turn it off for keys with no structure, where little is skipped). capacity and max_clusters (None: the tokens and clusters
 built) reserve room per head for Index.extend. Runs on `stream`, ordered after the inputs'
