@@ -165,6 +165,31 @@ TEST(IvfBuildValidation, WorkspaceQueryNeedsNoDevice) {
   EXPECT_EQ(without, bytes);
 }
 
+TEST(IvfBuildValidation, PrunedPassWorkspace) {
+  // From 4096 clusters (dim <= 256) the pruned pass adds its groups and chunks to the workspace;
+  // below, or with prune off, or without the global pass, the query is the dense pass's.
+  Build b;
+  b.index.shape.capacity = 16384;
+  b.index.shape.max_clusters = 4096;
+  b.input.seq = 16384;
+  b.params.n_segments = 2;
+  auto bytes = [&b](int64_t clusters, bool prune, bool global) {
+    b.params.n_clusters = clusters;
+    b.params.prune = prune;
+    b.params.global_pass = global;
+    size_t need = 0;
+    EXPECT_TRUE(ivf_build_workspace_size(b.index.shape, b.input, b.params, &need).ok());
+    return need;
+  };
+  const size_t dense = bytes(4096, false, true);
+  // The chunks' operand alone: 4 heads x (4096 + 63 x 32 + 63) / 64 = 95 chunks x 64 x 128 values.
+  EXPECT_GE(bytes(4096, true, true), dense + size_t{4} * 95 * 64 * 128 * 2);
+  EXPECT_EQ(bytes(4096, true, false), bytes(4096, false, false));
+  EXPECT_EQ(bytes(2048, true, true), bytes(2048, false, true));
+  b.index.shape.dim = 264;
+  EXPECT_EQ(bytes(4096, true, true), bytes(4096, false, true));
+}
+
 /// A built index (fake pointers) and queries against it, as the search and retrieval tests start.
 IvfIndex BuiltIndex() {
   IvfIndex index;
