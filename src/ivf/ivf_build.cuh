@@ -9,8 +9,8 @@
 //   k-means:   every (head, segment) of the centred keys on its own, spherical, by offsets (one
 //              batched call);
 //   labels:    the global pass (kmeans_assign of the centred keys against all of the head's
-//              clusters), or each segment's labels moved past the clusters of the segments
-//              before it;
+//              clusters; from 4096 clusters pruned, ivf_prune_<dtype>.cu), or each segment's
+//              labels moved past the clusters of the segments before it;
 //   grouping:  each head's tokens by cluster, ascending within one (k-means' stable sort);
 //   the index: CSR offsets, sizes and the largest, the centroids (float32 and the keys' dtype),
 //              ids, keys and values copied in cluster order, each cluster's value sum in order.
@@ -19,7 +19,6 @@
 #include "core/launch_config.h"
 #include "core/vector.cuh"
 #include "ivf/ivf_plan.h"
-#include "ivf/ivf_prune.cuh"
 #include "kmeans/kmeans_update.cuh"
 
 namespace cudaops::detail::ivf {
@@ -30,11 +29,6 @@ using kmeans::Rows;
 using kmeans::rows_of;
 
 constexpr const char* kOp = "ivf_build";
-
-template <typename P>
-P* at(unsigned char* base, size_t offset) {
-  return reinterpret_cast<P*>(base + offset);
-}
 
 /// Adds the 16-byte piece at `column` of rows r, r + stride, ... below `end` (rows `ld` values
 /// apart) into acc, in row order, with kU loads in flight before any is added.
@@ -549,95 +543,6 @@ Status group_by_cluster(const KmeansPoints& rows, const int32_t* labels, int64_t
                         int32_t* starts, int32_t* perm, cudaStream_t stream) {
   return kmeans::launch_group(kOp, rows_of<T>(rows), rows.batch, labels, k, counts, starts, perm,
                               stream);
-}
-
-/// The pruned global pass (ivf_prune.cuh): labels holds each token's cluster in its head (the
-/// segments' fit) on entry, the pass's on return; counts, starts and perm are overwritten.
-template <typename T>
-Status pruned_pass(const BuildCall& call, const T* centred, const float* centroids, int32_t* labels,
-                   cudaStream_t stream) {
-  const IvfShape& s = call.shape;
-  const BuildLayout& w = call.layout;
-  const PrunePlan& plan = call.prune;
-  unsigned char* ws = call.workspace;
-  const int64_t c = call.n_clusters;
-  // The centroids' groups.
-  KmeansResult groups;
-  groups.centroids = at<float>(ws, w.group_centroids);
-  groups.labels = at<int32_t>(ws, w.group_labels);
-  if (Status st = cudaops::kmeans(group_points(s, centroids, c, true), group_params(plan), groups,
-                                  ws + w.kmeans, w.kmeans_bytes, stream);
-      !st.ok()) {
-    return st;
-  }
-  if (Status st = cudaops::kmeans_assign(
-          group_points(s, centroids, c, false),
-          group_centroids(plan, static_cast<const float*>(groups.centroids)), KmeansMetric::kCosine,
-          groups.labels, nullptr, ws + w.kmeans, w.kmeans_bytes, stream);
-      !st.ok()) {
-    return st;
-  }
-  ChunkArgs<T> a;
-  a.centroids = centroids;
-  a.clusters = c;
-  a.groups = plan.groups;
-  a.group_counts = at<int32_t>(ws, w.group_counts);
-  a.group_starts = at<int32_t>(ws, w.group_starts);
-  a.grouped = at<int32_t>(ws, w.grouped);
-  a.chunk_first = at<int32_t>(ws, w.chunk_first);
-  a.d = static_cast<int>(s.dim);
-  a.d_pad = static_cast<int>(plan.d_pad);
-  a.chunk_slots = plan.chunk_slots;
-  a.mean_rows = plan.mean_rows;
-  a.operand = at<T>(ws, w.operand);
-  a.column = at<int32_t>(ws, w.column);
-  a.means = at<T>(ws, w.chunk_means);
-  a.radius = at<float>(ws, w.radius);
-  a.position = at<int32_t>(ws, w.position);
-  a.chunk_of = at<int32_t>(ws, w.chunk_of);
-  // (Grouping reads the rows' count alone.)
-  const Rows<T> centroid_rows{nullptr, s.dim, c * s.dim, c, nullptr};
-  if (Status st = kmeans::launch_group(
-          kOp, centroid_rows, s.heads, groups.labels, plan.groups, at<int32_t>(ws, w.group_counts),
-          at<int32_t>(ws, w.group_starts), at<int32_t>(ws, w.grouped), stream);
-      !st.ok()) {
-    return st;
-  }
-  chunk_starts_kernel<<<static_cast<unsigned>(s.heads), 32, 0, stream>>>(
-      a.group_counts, plan.groups, at<int32_t>(ws, w.chunk_first));
-  if (Status st = launched(stream); !st.ok()) return st;
-  chunks_kernel<T><<<dim3(static_cast<unsigned>(plan.mean_rows), static_cast<unsigned>(s.heads)),
-                     256, plan.d_pad * sizeof(float), stream>>>(a);
-  if (Status st = launched(stream); !st.ok()) return st;
-  // The tokens by group, then by cluster within one.
-  order_keys_kernel<<<blocks_for(s.heads * call.seq, 256), 256, 0, stream>>>(
-      labels, s.heads, call.seq, c, a.position);
-  if (Status st = launched(stream); !st.ok()) return st;
-  int32_t* order = at<int32_t>(ws, w.perm);
-  if (Status st =
-          group_by_cluster<T>(head_points(s, centred, call.seq), labels, c,
-                              at<int32_t>(ws, w.counts), at<int32_t>(ws, w.starts), order, stream);
-      !st.ok()) {
-    return st;
-  }
-  PruneArgs<T> p;
-  p.keys = centred;
-  p.seq = call.seq;
-  p.d = a.d;
-  p.d_pad = a.d_pad;
-  p.order = order;
-  p.chunk_first = a.chunk_first;
-  p.groups = plan.groups;
-  p.operand = a.operand;
-  p.column = a.column;
-  p.chunk_slots = plan.chunk_slots;
-  p.means = a.means;
-  p.radius = a.radius;
-  p.mean_rows = plan.mean_rows;
-  p.chunk_of = a.chunk_of;
-  p.clusters = c;
-  p.labels = labels;
-  return launch_pruned_pass<T>(p, s.heads, stream);
 }
 
 }  // namespace

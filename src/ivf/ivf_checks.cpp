@@ -10,6 +10,7 @@
 
 #include "core/checked.h"
 #include "core/validate.h"
+#include "kmeans/kmeans_plan.h"
 
 namespace cudaops::detail::ivf {
 namespace {
@@ -179,7 +180,7 @@ Status build_layout(const char* op, const IvfShape& s, int64_t seq, const IvfBui
       return st;
     }
     l->kmeans_bytes = std::max({l->kmeans_bytes, groups, grouping});
-    const int64_t g = plan.groups, c = params.n_clusters, e = s.dtype == DType::kFloat32 ? 4 : 2;
+    const int64_t g = plan.groups, c = params.n_clusters, e = dtype_size(s.dtype);
     l->group_centroids = p.add({s.heads, g, s.dim, 4});
     l->group_labels = p.add({s.heads, c, 4});
     l->group_counts = p.add({s.heads, g, 4});
@@ -454,8 +455,7 @@ PrunePlan prune_plan(const IvfShape& shape, const IvfBuildParams& params) {
   plan.on = true;
   // Groups of about 128 centroids: two chunks of 64 each.
   plan.groups = static_cast<int>(std::clamp<int64_t>(params.n_clusters / 128, 2, 256));
-  const int64_t element = shape.dtype == DType::kFloat32 ? 4 : 2;
-  plan.d_pad = (shape.dim + 32 / element - 1) / (32 / element) * (32 / element);
+  plan.d_pad = kmeans::padded_dims(shape.dim, dtype_size(shape.dtype));
   // A group of n centroids takes ceil(n / 64) chunks: at most C / 64 + G in all (<= 764).
   plan.chunk_slots = (params.n_clusters + 63 * plan.groups + 63) / 64;
   plan.mean_rows = (plan.chunk_slots + 63) / 64 * 64;

@@ -87,6 +87,19 @@ struct BuildCall {
   BuildLayout layout;
 };
 
+/// The piece at `offset` of a buffer (a workspace's or an index's), as P.
+template <typename P>
+P* at(unsigned char* base, size_t offset) {
+  return reinterpret_cast<P*>(base + offset);
+}
+
+/// The global pass pruned (ivf_prune.cuh, ivf_prune_<dtype>.cu), where call.prune.on: labels
+/// holds each token's cluster in its head (the segments' fit) on entry, the pass's on return;
+/// the workspace's counts, starts and perm are overwritten.
+template <typename T>
+Status pruned_pass(const BuildCall& call, const T* centred, const float* centroids, int32_t* labels,
+                   cudaStream_t stream);
+
 /// The k-means points of the segments: rows of [H * S, D] by offsets.
 KmeansPoints segment_points(const IvfShape& shape, const void* keys, int64_t seq,
                             int64_t n_segments, const int64_t* offsets);

@@ -11,9 +11,12 @@
 // their segment's cluster, then by that cluster, so that a tile's tokens need the same few chunks.
 #include <algorithm>
 
+#include "cudaops/kmeans.h"
+
 #include "core/launch.h"
 #include "ivf/ivf_plan.h"
 #include "kmeans/kmeans_mma.cuh"
+#include "kmeans/kmeans_update.cuh"
 
 namespace cudaops::detail::ivf {
 namespace {
@@ -44,52 +47,59 @@ __global__ void chunk_starts_kernel(const int32_t* group_counts, int groups, int
   first[b * (groups + 1) + groups] = at;
 }
 
-/// What the chunks' layout kernel and the pass read and write (see PrunePlan for the sizes).
+/// Every head's chunks (PrunePlan's sizes): written by chunks_kernel, read by the pass.
+template <typename T>
+struct Chunks {
+  int64_t clusters;  // C
+  int groups;        // G
+  int d, d_pad;
+  int64_t chunk_slots;   // chunks a head's layout holds
+  int64_t mean_rows;     // rows of a head's chunk means: chunk_slots rounded up to 64
+  int32_t* chunk_first;  // [H, G + 1]: each group's first chunk; at G, the head's chunks
+  T* operand;            // [H, chunk_slots * 64, d_pad]
+  int32_t* column;       // [H, chunk_slots * 64]: the centroid of each column
+  T* means;              // [H, mean_rows, d_pad]
+  float* radius;         // [H, mean_rows]: -inf past the head's chunks
+  int32_t* position;     // [H, C]: each centroid's place in group order
+  int32_t* chunk_of;     // [H, C]: the chunk of each place
+};
+
+/// What the chunks' layout kernel reads besides.
 template <typename T>
 struct ChunkArgs {
+  Chunks<T> l;
   const float* centroids;       // [H, C, d]: the segments' centroids (unit rows)
-  int64_t clusters;             // C
-  int groups;                   // G
   const int32_t* group_counts;  // [H, G]
   const int32_t* group_starts;  // [H, G]
   const int32_t* grouped;       // [H, C]: the centroids in group order
-  const int32_t* chunk_first;   // [H, G + 1]
-  int d, d_pad;
-  int64_t chunk_slots;  // chunks a head's layout holds
-  int64_t mean_rows;    // rows of a head's chunk means: chunk_slots rounded up to 64
-  T* operand;           // [H, chunk_slots * 64, d_pad]
-  int32_t* column;      // [H, chunk_slots * 64]: the centroid of each column
-  T* means;             // [H, mean_rows, d_pad]
-  float* radius;        // [H, mean_rows]: -inf past the head's chunks
-  int32_t* position;    // [H, C]: each centroid's place in group order
-  int32_t* chunk_of;    // [H, C]: the chunk of each place
 };
 
 /// A block per (chunk, head): the chunk's rows rounded as the products use them, the column map,
 /// the chunk's mean (rounded) and radius. Chunks past the head's last are zero, radius -inf.
 template <typename T>
 __global__ void __launch_bounds__(256) chunks_kernel(ChunkArgs<T> a) {
+  const Chunks<T>& l = a.l;
   extern __shared__ float mean[];  // [d]
   __shared__ float radius2;
   const int64_t c = blockIdx.x, b = blockIdx.y;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int32_t* first = a.chunk_first + b * (a.groups + 1);
-  const int32_t chunks = first[a.groups];
+  const int32_t* first = l.chunk_first + b * (l.groups + 1);
+  const int32_t chunks = first[l.groups];
   if (c >= chunks) {
-    T* m = a.means + (b * a.mean_rows + c) * a.d_pad;
-    for (int e = threadIdx.x; e < a.d_pad; e += blockDim.x)
+    T* m = l.means + (b * l.mean_rows + c) * l.d_pad;
+    for (int e = threadIdx.x; e < l.d_pad; e += blockDim.x)
       m[e] = from_float<T>(0.0f);
-    if (threadIdx.x == 0) a.radius[b * a.mean_rows + c] = -INFINITY;
-    if (c >= a.chunk_slots) return;
-    for (int idx = threadIdx.x; idx < kPruneChunk * a.d_pad; idx += blockDim.x) {
-      a.operand[(b * a.chunk_slots + c) * kPruneChunk * a.d_pad + idx] = from_float<T>(0.0f);
+    if (threadIdx.x == 0) l.radius[b * l.mean_rows + c] = -INFINITY;
+    if (c >= l.chunk_slots) return;
+    for (int idx = threadIdx.x; idx < kPruneChunk * l.d_pad; idx += blockDim.x) {
+      l.operand[(b * l.chunk_slots + c) * kPruneChunk * l.d_pad + idx] = from_float<T>(0.0f);
     }
     for (int k = threadIdx.x; k < kPruneChunk; k += blockDim.x)
-      a.column[(b * a.chunk_slots + c) * kPruneChunk + k] = 0;
+      l.column[(b * l.chunk_slots + c) * kPruneChunk + k] = 0;
     return;
   }
   // The chunk's group: the last whose first chunk is at or before c.
-  int lo = 0, hi = a.groups - 1;
+  int lo = 0, hi = l.groups - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
     if (first[mid] <= c) {
@@ -99,38 +109,38 @@ __global__ void __launch_bounds__(256) chunks_kernel(ChunkArgs<T> a) {
     }
   }
   const int g = lo;
-  const int32_t count = a.group_counts[b * a.groups + g];
+  const int32_t count = a.group_counts[b * l.groups + g];
   const int32_t base = (static_cast<int32_t>(c) - first[g]) * kPruneChunk;  // within the group
   const int32_t real = min(kPruneChunk, count - base);
-  const int32_t* members = a.grouped + b * a.clusters + a.group_starts[b * a.groups + g] + base;
-  T* rows = a.operand + (b * a.chunk_slots + c) * kPruneChunk * a.d_pad;
+  const int32_t* members = a.grouped + b * l.clusters + a.group_starts[b * l.groups + g] + base;
+  T* rows = l.operand + (b * l.chunk_slots + c) * kPruneChunk * l.d_pad;
   for (int k = warp; k < kPruneChunk; k += blockDim.x / 32) {
     const int32_t j = members[k < real ? k : 0];
     if (lane == 0) {
-      a.column[(b * a.chunk_slots + c) * kPruneChunk + k] = j;
+      l.column[(b * l.chunk_slots + c) * kPruneChunk + k] = j;
       if (k < real) {
-        const int32_t place = a.group_starts[b * a.groups + g] + base + k;
-        a.position[b * a.clusters + j] = place;
-        a.chunk_of[b * a.clusters + place] = static_cast<int32_t>(c);
+        const int32_t place = a.group_starts[b * l.groups + g] + base + k;
+        l.position[b * l.clusters + j] = place;
+        l.chunk_of[b * l.clusters + place] = static_cast<int32_t>(c);
       }
     }
-    const float* src = a.centroids + (b * a.clusters + j) * a.d;
-    for (int e = lane; e < a.d_pad; e += 32)
-      rows[k * a.d_pad + e] = kmeans::operand_value<T>(e < a.d ? src[e] : 0.0f);
+    const float* src = a.centroids + (b * l.clusters + j) * l.d;
+    for (int e = lane; e < l.d_pad; e += 32)
+      rows[k * l.d_pad + e] = kmeans::operand_value<T>(e < l.d ? src[e] : 0.0f);
   }
   if (threadIdx.x == 0) radius2 = 0.0f;
   __syncthreads();  // the block's rows, written above, are read back below
-  for (int e = threadIdx.x; e < a.d_pad; e += blockDim.x) {
+  for (int e = threadIdx.x; e < l.d_pad; e += blockDim.x) {
     float s = 0.0f;
     for (int k = 0; k < real; ++k)
-      s += to_float(rows[k * a.d_pad + e]);
+      s += to_float(rows[k * l.d_pad + e]);
     mean[e] = s / static_cast<float>(real);
   }
   __syncthreads();
   for (int k = warp; k < real; k += blockDim.x / 32) {
     float s = 0.0f;
-    for (int e = lane; e < a.d_pad; e += 32) {
-      const float v = to_float(rows[k * a.d_pad + e]) - mean[e];
+    for (int e = lane; e < l.d_pad; e += 32) {
+      const float v = to_float(rows[k * l.d_pad + e]) - mean[e];
       s = fmaf(v, v, s);
     }
     s = kmeans::warp_sum(s);
@@ -138,11 +148,11 @@ __global__ void __launch_bounds__(256) chunks_kernel(ChunkArgs<T> a) {
     if (lane == 0) atomicMax(reinterpret_cast<int*>(&radius2), __float_as_int(s));
   }
   __syncthreads();
-  T* m = a.means + (b * a.mean_rows + c) * a.d_pad;
-  for (int e = threadIdx.x; e < a.d_pad; e += blockDim.x)
+  T* m = l.means + (b * l.mean_rows + c) * l.d_pad;
+  for (int e = threadIdx.x; e < l.d_pad; e += blockDim.x)
     m[e] = from_float<T>(mean[e]);
   // Rounded up a little: the bound must hold for the float32 sums above too.
-  if (threadIdx.x == 0) a.radius[b * a.mean_rows + c] = sqrtf(radius2) * 1.0001f + 1e-6f;
+  if (threadIdx.x == 0) l.radius[b * l.mean_rows + c] = sqrtf(radius2) * 1.0001f + 1e-6f;
 }
 
 /// Each token's key for the pass's order: its cluster's place in group order (labels: each
@@ -156,22 +166,12 @@ __global__ void order_keys_kernel(int32_t* labels, int64_t heads, int64_t seq, i
 
 template <typename T>
 struct PruneArgs {
+  Chunks<T> l;
   const T* keys;  // [H, S, d]: the centred keys
   int64_t seq;
-  int d, d_pad;
-  const int32_t* order;        // [H, S]: the tokens in the pass's order
-  const int32_t* chunk_first;  // [H, G + 1]: at G, the head's chunks
-  int groups;
-  const T* operand;       // [H, chunk_slots * 64, d_pad]
-  const int32_t* column;  // [H, chunk_slots * 64]
-  int64_t chunk_slots;
-  const T* means;       // [H, mean_rows, d_pad]
-  const float* radius;  // [H, mean_rows]
-  int64_t mean_rows;
-  const int32_t* chunk_of;  // [H, C]: the chunk of each place in group order
-  int64_t clusters;
-  int64_t tiles;    // of a head
-  int32_t* labels;  // [H * S]: each token's cluster's place on entry, its label on return
+  const int32_t* order;  // [H, S]: the tokens in the pass's order
+  int64_t tiles;         // of a head
+  int32_t* labels;       // [H * S]: each token's cluster's place on entry, its label on return
 };
 
 template <int kWarps>
@@ -191,15 +191,15 @@ __global__ void __launch_bounds__(kWarps * 32, 3) pruned_pass_kernel(PruneArgs<T
   __shared__ uint32_t likeliest[kPruneMaskWords], needed[kPruneMaskWords];
   __shared__ float norms[kWarps * 32];
   constexpr int kM = kWarps * 32, kThreads = kWarps * 32;
-  const int row_bytes = smem_row_bytes(args.d_pad, sizeof(T));
+  const int row_bytes = smem_row_bytes(args.l.d_pad, sizeof(T));
   unsigned char* a_tile = smem;
   unsigned char* b_tiles = smem + kM * row_bytes;
   const int64_t b = blockIdx.x / args.tiles;
   const int64_t row0 = (blockIdx.x % args.tiles) * kM;
   const int64_t len = args.seq;
   const int32_t* order = args.order + b * len;
-  const int pieces = args.d_pad * static_cast<int>(sizeof(T)) / 16;
-  const int valid_bytes = args.d * static_cast<int>(sizeof(T));
+  const int pieces = args.l.d_pad * static_cast<int>(sizeof(T)) / 16;
+  const int valid_bytes = args.l.d * static_cast<int>(sizeof(T));
   const int tid = static_cast<int>(threadIdx.x);
   for (int idx = tid; idx < kM * pieces; idx += kThreads) {
     const int r = idx / pieces, q = idx % pieces;
@@ -207,30 +207,30 @@ __global__ void __launch_bounds__(kWarps * 32, 3) pruned_pass_kernel(PruneArgs<T
     const int bytes = i < len ? max(0, min(16, valid_bytes - q * 16)) : 0;
     const unsigned char* src = reinterpret_cast<const unsigned char*>(args.keys);
     if (bytes > 0)
-      src += ((b * len + order[i]) * args.d) * static_cast<int64_t>(sizeof(T)) + q * 16;
+      src += ((b * len + order[i]) * args.l.d) * static_cast<int64_t>(sizeof(T)) + q * 16;
     copy16(a_tile + r * row_bytes + q * 16, src, bytes);
   }
   copy_commit();
   for (int w = tid; w < kPruneMaskWords; w += kThreads)
     likeliest[w] = needed[w] = 0u;
-  const int chunks = args.chunk_first[b * (args.groups + 1) + args.groups];
+  const int chunks = args.l.chunk_first[b * (args.l.groups + 1) + args.l.groups];
   const int mean_chunks = (chunks + kPruneChunk - 1) / kPruneChunk;
-  const T* operand = args.operand + b * args.chunk_slots * kPruneChunk * args.d_pad;
-  const T* means = args.means + b * args.mean_rows * args.d_pad;
-  const float* radius = args.radius + b * args.mean_rows;
+  const T* operand = args.l.operand + b * args.l.chunk_slots * kPruneChunk * args.l.d_pad;
+  const T* means = args.l.means + b * args.l.mean_rows * args.l.d_pad;
+  const float* radius = args.l.radius + b * args.l.mean_rows;
 
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const unsigned char* a_base = a_tile + (warp * 32 + (lane % 16)) * row_bytes + (lane / 16) * 16;
   const int b_row = (lane % 8) + 8 * (lane / 16);
   const int b_half = ((lane / 8) % 2) * 16;
-  const int steps = args.d_pad * static_cast<int>(sizeof(T)) / 32;
+  const int steps = args.l.d_pad * static_cast<int>(sizeof(T)) / 32;
   auto load = [&](int stage, const T* rows, int chunk) {
     unsigned char* dst = b_tiles + stage * kPruneChunk * row_bytes;
     const unsigned char* src = reinterpret_cast<const unsigned char*>(
-        rows + static_cast<int64_t>(chunk) * kPruneChunk * args.d_pad);
+        rows + static_cast<int64_t>(chunk) * kPruneChunk * args.l.d_pad);
     for (int idx = tid; idx < kPruneChunk * pieces; idx += kThreads) {
       const int r = idx / pieces, q = idx % pieces;
-      copy16(dst + r * row_bytes + q * 16, src + r * args.d_pad * sizeof(T) + q * 16, 16);
+      copy16(dst + r * row_bytes + q * 16, src + r * args.l.d_pad * sizeof(T) + q * 16, 16);
     }
   };
   // The first set bit at or after c of mask & ~except (shared memory), or -1.
@@ -256,17 +256,8 @@ __global__ void __launch_bounds__(kWarps * 32, 3) pruned_pass_kernel(PruneArgs<T
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int o = 1; o < 4; o <<= 1) {
-          const float ob = __shfl_xor_sync(kmeans::kFull, best[m][h], o);
-          const int oj = __shfl_xor_sync(kmeans::kFull, best_j[m][h], o);
-          if (ob < best[m][h] || (ob == best[m][h] && oj < best_j[m][h])) {
-            best[m][h] = ob;
-            best_j[m][h] = oj;
-          }
-        }
-      }
+      for (int h = 0; h < 2; ++h)
+        kmeans::row_minimum(best[m][h], best_j[m][h]);
     }
   };
   auto row_of = [&](int m, int h) { return warp * 32 + m * 16 + h * 8 + g; };
@@ -274,7 +265,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) pruned_pass_kernel(PruneArgs<T
   __syncthreads();  // the masks are clear
   if (tid < kM && row0 + tid < len) {
     const int32_t place = args.labels[b * len + order[row0 + tid]];
-    const int32_t j = __ldg(args.chunk_of + b * args.clusters + place);
+    const int32_t j = __ldg(args.l.chunk_of + b * args.l.clusters + place);
     atomicOr(&likeliest[j / 32], 1u << (j % 32));
   }
   __syncthreads();
@@ -288,7 +279,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) pruned_pass_kernel(PruneArgs<T
       // the row's own warp.
       const unsigned char* row = a_tile + (warp * 32 + lane) * row_bytes;
       float sq = 0.0f;
-      for (int e = 0; e < args.d; ++e) {
+      for (int e = 0; e < args.l.d; ++e) {
         const float v = to_float(reinterpret_cast<const T*>(row)[e]);
         sq = fmaf(v, v, sq);
       }
@@ -360,7 +351,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) pruned_pass_kernel(PruneArgs<T
     }
   }
   row_best();
-  const int32_t* column = args.column + b * args.chunk_slots * kPruneChunk;
+  const int32_t* column = args.l.column + b * args.l.chunk_slots * kPruneChunk;
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
 #pragma unroll
@@ -377,7 +368,7 @@ template <typename T>
 Status launch_pruned_pass(PruneArgs<T> args, int64_t heads, cudaStream_t stream) {
   constexpr int kWarps = 4;
   args.tiles = (args.seq + kWarps * 32 - 1) / (kWarps * 32);
-  const size_t smem = prune_smem<kWarps>(args.d_pad, sizeof(T));
+  const size_t smem = prune_smem<kWarps>(args.l.d_pad, sizeof(T));
   const auto kernel = pruned_pass_kernel<T, kWarps>;
   if (Status st = kmeans::allow_smem(kernel, smem); !st.ok()) return st;
   kernel<<<static_cast<unsigned>(heads * args.tiles), kWarps * 32, smem, stream>>>(args);
@@ -385,4 +376,80 @@ Status launch_pruned_pass(PruneArgs<T> args, int64_t heads, cudaStream_t stream)
 }
 
 }  // namespace
+
+template <typename T>
+Status pruned_pass(const BuildCall& call, const T* centred, const float* centroids, int32_t* labels,
+                   cudaStream_t stream) {
+  constexpr const char* kOp = "ivf_build";
+  const IvfShape& s = call.shape;
+  const BuildLayout& w = call.layout;
+  const PrunePlan& plan = call.prune;
+  unsigned char* ws = call.workspace;
+  const int64_t c = call.n_clusters;
+  // The centroids' groups.
+  KmeansResult groups;
+  groups.centroids = at<float>(ws, w.group_centroids);
+  groups.labels = at<int32_t>(ws, w.group_labels);
+  if (Status st = cudaops::kmeans(group_points(s, centroids, c, true), group_params(plan), groups,
+                                  ws + w.kmeans, w.kmeans_bytes, stream);
+      !st.ok()) {
+    return st;
+  }
+  if (Status st = cudaops::kmeans_assign(
+          group_points(s, centroids, c, false),
+          group_centroids(plan, static_cast<const float*>(groups.centroids)), KmeansMetric::kCosine,
+          groups.labels, nullptr, ws + w.kmeans, w.kmeans_bytes, stream);
+      !st.ok()) {
+    return st;
+  }
+  Chunks<T> l;
+  l.clusters = c;
+  l.groups = plan.groups;
+  l.d = static_cast<int>(s.dim);
+  l.d_pad = static_cast<int>(plan.d_pad);
+  l.chunk_slots = plan.chunk_slots;
+  l.mean_rows = plan.mean_rows;
+  l.chunk_first = at<int32_t>(ws, w.chunk_first);
+  l.operand = at<T>(ws, w.operand);
+  l.column = at<int32_t>(ws, w.column);
+  l.means = at<T>(ws, w.chunk_means);
+  l.radius = at<float>(ws, w.radius);
+  l.position = at<int32_t>(ws, w.position);
+  l.chunk_of = at<int32_t>(ws, w.chunk_of);
+  int32_t* group_counts = at<int32_t>(ws, w.group_counts);
+  int32_t* group_starts = at<int32_t>(ws, w.group_starts);
+  int32_t* grouped = at<int32_t>(ws, w.grouped);
+  // (Grouping reads the rows' count alone.)
+  const kmeans::Rows<T> centroid_rows{nullptr, s.dim, c * s.dim, c, nullptr};
+  if (Status st = kmeans::launch_group(kOp, centroid_rows, s.heads, groups.labels, plan.groups,
+                                       group_counts, group_starts, grouped, stream);
+      !st.ok()) {
+    return st;
+  }
+  chunk_starts_kernel<<<static_cast<unsigned>(s.heads), 32, 0, stream>>>(group_counts, plan.groups,
+                                                                         l.chunk_first);
+  if (Status st = check_launch(kOp, stream); !st.ok()) return st;
+  chunks_kernel<T><<<dim3(static_cast<unsigned>(plan.mean_rows), static_cast<unsigned>(s.heads)),
+                     256, plan.d_pad * sizeof(float), stream>>>(
+      ChunkArgs<T>{l, centroids, group_counts, group_starts, grouped});
+  if (Status st = check_launch(kOp, stream); !st.ok()) return st;
+  // The tokens by group, then by cluster within one.
+  order_keys_kernel<<<kmeans::blocks_for(s.heads * call.seq, 256), 256, 0, stream>>>(
+      labels, s.heads, call.seq, c, l.position);
+  if (Status st = check_launch(kOp, stream); !st.ok()) return st;
+  int32_t* order = at<int32_t>(ws, w.perm);
+  if (Status st = kmeans::launch_group(kOp, kmeans::rows_of<T>(head_points(s, centred, call.seq)),
+                                       s.heads, labels, c, at<int32_t>(ws, w.counts),
+                                       at<int32_t>(ws, w.starts), order, stream);
+      !st.ok()) {
+    return st;
+  }
+  return launch_pruned_pass<T>(PruneArgs<T>{l, centred, call.seq, order, 0, labels}, s.heads,
+                               stream);
+}
+
+#define CUDAOPS_IVF_PRUNE_INSTANTIATE(T)                                                          \
+  template Status pruned_pass<T>(const BuildCall& call, const T* centred, const float* centroids, \
+                                 int32_t* labels, cudaStream_t stream);
+
 }  // namespace cudaops::detail::ivf
