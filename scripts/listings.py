@@ -65,10 +65,10 @@ SPILL_ALLOWED = [
      "the products' accumulators and the arg-min take; rows of 128 16-bit values (kL = 16) "
      "fit, other widths leave up to about 120 bytes of values set before the iterations in "
      "local memory, read once or twice per iteration"),
-    (r"sum_kernel<.*?, (true|\(bool\)1)>",
-     "k-means' sums of the changed clusters: a warp sums the changed ones of 32 clusters in "
-     "turn at the full update's cap of 64 registers (sixteen two-warp blocks per SM); 28 to 68 "
-     "bytes of the span's and the cluster's loop state go to local memory, stored and loaded "
+    (r"sum_kernel<",
+     "k-means' sums: a warp per cluster (or the changed ones of 32 clusters in turn) at a cap of "
+     "64 registers (sixteen two-warp blocks per SM), four rows' loads in flight per lane; 12 to "
+     "68 bytes of the span's and the cluster's loop state go to local memory, stored and loaded "
      "once per cluster (or per 32 of its rows), outside the loads and sums of its rows, and "
      "stay in L1"),
     (r"layer_norm_pipelined<__nv_bfloat16>",

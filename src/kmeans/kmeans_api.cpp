@@ -39,7 +39,7 @@ struct Builder {
 }  // namespace
 
 Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, bool fit,
-                   bool center, bool random_init, bool own_centroids, bool farthest) {
+                   bool center, bool random_init, bool own_centroids, bool weights) {
   Layout l;
   l.batch = batch;
   l.n = n;
@@ -55,7 +55,7 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
     return l;
   }
   if (center) l.means = b.add(bd, 4);
-  if (fit && farthest) l.point_w = b.add(bn, 4);
+  if (fit && weights) l.point_w = b.add(bn, 4);
   if (fit && !own_centroids) l.centroids = b.add(bkd, 4);
   l.operand = b.add(bkp, element);
   l.bias = b.add(bk, 4);
@@ -282,9 +282,10 @@ constexpr const char* kFit = "kmeans";
 constexpr const char* kAssign = "kmeans_assign";
 
 Layout fit_layout(const KmeansPoints& p, const KmeansParams& params, DType centroid_dtype) {
-  return make_layout(p.batch, p.n, p.d, params.n_clusters, p.dtype, true, params.center,
-                     params.init == KmeansInit::kRandom, centroid_dtype == DType::kFloat32,
-                     params.empty == KmeansEmpty::kFarthest);
+  return make_layout(
+      p.batch, p.n, p.d, params.n_clusters, p.dtype, true, params.center,
+      params.init == KmeansInit::kRandom, centroid_dtype == DType::kFloat32,
+      params.empty == KmeansEmpty::kFarthest || params.metric == KmeansMetric::kCosine);
 }
 
 }  // namespace

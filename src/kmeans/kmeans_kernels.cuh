@@ -424,8 +424,11 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
     }
     if (Status s = launched(stream); !s.ok()) return s;
   }
-  // The points' weights do not change: the first assignment writes them, the others reuse them.
-  Call again = call;
+  // The points' weights do not change: written once, then reused. Cosine's by the first update's
+  // sums (they read every row; the slab kernel's producer would take twice as long), L2's (for
+  // re-seeding) by the first assignment.
+  Call first = call, again = call;
+  if (cosine) first.point_w = nullptr;
   again.point_w = nullptr;
   again.moved = nullptr;  // (every assignment but the loop's own, below, assigns every problem)
   // Labels alone are written by the small problems' kernel where they go.
@@ -448,7 +451,7 @@ Status fit(const Call& given, const KmeansParams& params, const KmeansResult& re
   }
   for (int iter = 0; small_blocks == 0 && iter < params.n_iters; ++iter) {
     // Odd iterations assign into prev_labels, so that each update has the assignment before.
-    Call step = iter == 0 ? call : again, update = call;
+    Call step = iter == 0 ? first : again, update = call;
     // From the third on, a problem none of whose points changed at the last update keeps its
     // labels and scores (no centroid moved); not where re-seeding may move its empty clusters'.
     step.moved = iter >= 2 && !reseeds && marks ? call.moved : nullptr;

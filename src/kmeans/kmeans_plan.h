@@ -50,7 +50,7 @@ struct Piece {
 struct Layout {
   int64_t batch = 0, n = 0, d = 0, k = 0, d_pad = 0;
   Piece means;      // [batch, d] float32 (center)
-  Piece point_w;    // [batch, n] float32: cosine 1 / |y_i|, L2 |y_i|^2 (kFarthest)
+  Piece point_w;    // [batch, n] float32: cosine 1 / |y_i| (the sums), L2 |y_i|^2 (kFarthest)
   Piece centroids;  // [batch, k, d] float32 (when the result's are not float32)
   Piece operand;    // [batch, k, d_pad] in the points' dtype (float32: TF32-rounded)
   Piece bias;       // [batch, k] float32
@@ -67,9 +67,10 @@ struct Layout {
 };
 
 /// The layout for a kmeans call (fit = true) or a kmeans_assign call (fit = false): means with
-/// center, the points' weights only for KmeansEmpty::kFarthest (its re-seeding reads them).
+/// center, the points' weights with `weights` (a cosine fit's sums and KmeansEmpty::kFarthest's
+/// re-seeding read them).
 Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, bool fit,
-                   bool center, bool random_init, bool own_centroids, bool farthest);
+                   bool center, bool random_init, bool own_centroids, bool weights);
 
 /// What the typed launches need (every size checked, pointers into the workspace resolved).
 struct Call {

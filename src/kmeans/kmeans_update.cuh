@@ -198,6 +198,7 @@ struct SumArgs {
   const int32_t* starts;  // [batch, k]
   const int32_t* perm;    // [batch, n]
   const float* means;     // or null
+  float* weights;         // [batch, n]: cosine 1 / |y| (Call::point_w); null for L2
   const int32_t* dirty;   // [batch, k]: clusters whose rows changed (mark_kernel), or null: all
   float* centroids;       // [batch, k, d]
   T* operand;             // [batch, k, d_pad], or null: not written
@@ -277,8 +278,11 @@ __global__ void __launch_bounds__(256)
 /// needs no launch to round them). Empty clusters, and cosine sums of zero, keep their centroid. A
 /// row is read in 16-byte pieces by kL lanes (kQ pieces each), so a warp reads 32 / kL rows per
 /// load and keeps several loads in flight; each group of kL lanes adds its rows in row order and
-/// the groups are added in a fixed order: the same bits every run.
-template <typename T, int kL, int kQ>
+/// the groups are added in a fixed order: the same bits every run. Cosine's 1 / |y| is computed
+/// where every cluster is summed (the fit's first update) and stored in args.weights, and read
+/// back by kStored (the changed clusters' sums): the points do not change, and the sums are bound
+/// by their instructions, of which the weight was a third.
+template <typename T, int kL, int kQ, bool kStored>
 __device__ __forceinline__ void sum_cluster(const SumArgs<T>& args, int64_t item, int lane) {
   constexpr int kSumUnroll = kQ == 1 ? 4 : 2;  // loads a lane has in flight before it adds any
   constexpr int kV = kPieceValues<T>;
@@ -292,15 +296,22 @@ __device__ __forceinline__ void sum_cluster(const SumArgs<T>& args, int64_t item
   int64_t len;
   args.rows.problem(b, &first, &len);
   const int32_t* perm = args.perm + b * args.rows.n + start;
+  float* weights = args.cosine ? args.weights + b * args.rows.n : nullptr;
   const int row_pieces = (args.d + kV - 1) / kV;
   const bool whole_last = args.d % kV == 0;  // the last piece of a row lies inside d
+  // Per piece of the lane: an aligned 16-byte load (whole), the row's last piece past d
+  // (partial: loaded value by value), or nothing past the row.
+  bool whole[kQ], partial[kQ];
   float mu[kQ][kV];
   float acc[kQ][kV];
 #pragma unroll
   for (int q = 0; q < kQ; ++q) {
+    const int piece = part + q * kL;
+    whole[q] = piece < row_pieces && (piece + 1 < row_pieces || whole_last);
+    partial[q] = piece < row_pieces && !whole[q];
 #pragma unroll
     for (int e = 0; e < kV; ++e) {
-      const int c = (part + q * kL) * kV + e;
+      const int c = piece * kV + e;
       mu[q][e] = args.means != nullptr && c < args.d ? __ldg(args.means + b * args.d + c) : 0.0f;
       acc[q][e] = 0.0f;
     }
@@ -310,35 +321,49 @@ __device__ __forceinline__ void sum_cluster(const SumArgs<T>& args, int64_t item
     const int m = min(kWarp, count - p0);
     for (int j = 0; j < m; j += kR * kSumUnroll) {
       uint4 raw[kSumUnroll][kQ];
+      int row_of[kSumUnroll];
+      float stored[kSumUnroll];
 #pragma unroll
       for (int u = 0; u < kSumUnroll; ++u) {
         const int idx = j + u * kR + sub;
         const int r = __shfl_sync(kFull, mine, idx % kWarp);
+        const bool valid = idx < m;
         const T* row = first + static_cast<int64_t>(r) * args.rows.ld;
+        row_of[u] = valid ? r : -1;
 #pragma unroll
         for (int q = 0; q < kQ; ++q) {
-          raw[u][q] = idx < m ? load_piece(row, part + q * kL, row_pieces, whole_last, args.d)
-                              : make_uint4(0, 0, 0, 0);
+          raw[u][q] = make_uint4(0, 0, 0, 0);
+          if (valid && whole[q]) {
+            raw[u][q] = __ldg(reinterpret_cast<const uint4*>(row) + part + q * kL);
+          } else if (valid && partial[q]) {
+            raw[u][q] = load_piece(row, part + q * kL, row_pieces, false, args.d);
+          }
         }
+        if constexpr (kStored) stored[u] = valid && weights != nullptr ? weights[r] : 0.0f;
       }
 #pragma unroll
       for (int u = 0; u < kSumUnroll; ++u) {
         // Values past d are zero in raw and mu alike; a row past the end is scaled by 0.
-        const bool valid = j + u * kR + sub < m;
+        const bool valid = row_of[u] >= 0;
         float scale = valid ? 1.0f : 0.0f;
         if (args.cosine) {
-          float norm = 0.0f;
+          if constexpr (kStored) {
+            scale = stored[u];
+          } else {
+            float norm = 0.0f;
 #pragma unroll
-          for (int q = 0; q < kQ; ++q) {
-            const T* t = reinterpret_cast<const T*>(&raw[u][q]);
+            for (int q = 0; q < kQ; ++q) {
+              const T* t = reinterpret_cast<const T*>(&raw[u][q]);
 #pragma unroll
-            for (int e = 0; e < kV; ++e) {
-              const float f = to_float(t[e]) - mu[q][e];
-              norm = fmaf(f, f, norm);
+              for (int e = 0; e < kV; ++e) {
+                const float f = to_float(t[e]) - mu[q][e];
+                norm = fmaf(f, f, norm);
+              }
             }
+            norm = group_sum<kL>(norm);
+            scale = valid && norm > 0.0f ? rsqrtf(norm) : 0.0f;
+            if (valid && part == 0) weights[row_of[u]] = scale;
           }
-          norm = group_sum<kL>(norm);
-          scale = valid && norm > 0.0f ? 1.0f / sqrtf(norm) : 0.0f;
         }
 #pragma unroll
         for (int q = 0; q < kQ; ++q) {
@@ -430,7 +455,7 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
     if (warp >= args.items) return;
     if (args.prefetch && threadIdx.x == 0)
       prefetch_share(args, static_cast<int64_t>(blockIdx.x) * kSumWarps, kSumWarps);
-    sum_cluster<T, kL, kQ>(args, warp, lane);
+    sum_cluster<T, kL, kQ, false>(args, warp, lane);
   } else {
     const int64_t item0 = warp * args.span;
     const int64_t mine = item0 + lane;
@@ -442,7 +467,7 @@ __global__ void __launch_bounds__(kSumWarps * 32, (kQ == 1 ? 32 : 16) / kSumWarp
     while (todo != 0) {
       const int next = __ffs(static_cast<int>(todo)) - 1;
       todo &= todo - 1;
-      sum_cluster<T, kL, kQ>(args, item0 + next, lane);
+      sum_cluster<T, kL, kQ, true>(args, item0 + next, lane);
     }
   }
 }
@@ -574,11 +599,15 @@ Status launch_update(const Call& call, bool with_operand, bool marks, cudaStream
       !s.ok()) {
     return s;
   }
+  // Cosine sums keep each row's weight in point_w (fit_layout gives every cosine fit one): the
+  // full update writes it, the changed clusters' sums read it.
+  const bool cosine = call.metric == KmeansMetric::kCosine;
   SumArgs<T> args{rows_of<T>(p),
                   call.counts,
                   call.starts,
                   call.perm,
                   call.center ? call.means : nullptr,
+                  cosine ? call.point_w : nullptr,
                   marks ? call.dirty : nullptr,
                   call.centroids,
                   with_operand ? static_cast<T*>(call.operand) : nullptr,
@@ -587,7 +616,7 @@ Status launch_update(const Call& call, bool with_operand, bool marks, cudaStream
                   p.batch * call.k,
                   static_cast<int>(p.d),
                   static_cast<int>(call.d_pad),
-                  call.metric == KmeansMetric::kCosine,
+                  cosine,
                   call.fold_means,
                   p.n * p.ld * static_cast<int64_t>(sizeof(T)) <= kPrefetchMost};
   args.span = static_cast<int>(
