@@ -7,7 +7,7 @@ within r of g, a chunk can be skipped for a tile of tokens when, for every token
 that bound is below a score the token already has (its score against its own segment's
 centroid, known before the pass) by a margin wider than the products' rounding: the labels are
 those of the full pass. This model measures how many (tile, chunk) products such a pass would
-skip on one head of the bench's keys (`src/harness/ops/ivf.cpp`: 8 directions per head with a
+skip on one head of the bench's keys (`dev/harness/ops/ivf.cpp`: 8 directions per head with a
 common offset, noise 0.3), clustered as the build clusters them (16 segments of spherical
 k-means, 10 iterations, strided init, float32 here):
 

@@ -5,7 +5,9 @@
 # (.clang-tidy) over the host sources of src/ and apps/ with BUILD_DIR's compile_commands.json
 # (default build/ci; skipped when there is none) and of bindings/ (configured in BUILD_DIR-python,
 # where pybind11 is installed); ruff and codespell (pyproject.toml); trailing
-# whitespace and final newlines. Exit status: non-zero if any check failed.
+# whitespace and final newlines; the include layering (scripts/check_layers.py); README's
+# figures against bench/RESULTS.md (scripts/check_figures.py). Exit status: non-zero if any check
+# failed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 build=${1:-build/ci}
@@ -45,7 +47,7 @@ PY
     { ! grep -E "(warning|error):" -A3; }
 }
 if [ -f "$build/compile_commands.json" ]; then
-  run clang-tidy tidy "$build" src apps
+  run clang-tidy tidy "$build" src dev apps
 else
   echo "== clang-tidy skipped: no $build/compile_commands.json (configure a preset first)"
 fi
@@ -65,4 +67,8 @@ run ruff ruff check "${py[@]}"
 mapfile -t text < <(git ls-files | grep -v -E '\.svg$|^LICENSE$')
 run codespell codespell "${text[@]}"
 run whitespace python3 scripts/check_whitespace.py
+# The include layering: no library file includes the kit, no family another family's files.
+run layers python3 scripts/check_layers.py
+# Figures in one place: every measured figure README quotes is in bench/RESULTS.md.
+run figures python3 scripts/check_figures.py README.md
 exit $failed

@@ -87,7 +87,7 @@ REGISTER_LIMITS = [
 ]
 
 # Sources whose kernels must read global memory 16 bytes at a time.
-WIDE_LOAD_SOURCES = ("elementwise", "softmax", "norm", "rowwise_host")
+WIDE_LOAD_SOURCES = ("elementwise", "softmax", "norm", "rowwise_launch")
 
 # Kernels of those sources that need not: (regex on the demangled name, why).
 NARROW_ALLOWED = [

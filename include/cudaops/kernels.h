@@ -14,8 +14,8 @@ namespace cudaops {
 /// How the current device runs one family of kernels (one CUDA source of the library), as the
 /// CUDA runtime reports it for one kernel of the family.
 struct KernelFamilyInfo {
-  const char* name = nullptr;    ///< "elementwise", "softmax", "norm", "rowwise_reduce", "topk"
-  const char* source = nullptr;  ///< the source file, e.g. "topk.cu"
+  const char* name = nullptr;    ///< "elementwise", "softmax", "norm", "topk", "kmeans", ...
+  const char* source = nullptr;  ///< the source file, e.g. "topk_f32.cu"
   const char* kernel = nullptr;  ///< mangled name of the kernel asked about ("" if unknown)
   /// Architecture of the code the device runs, major * 10 + minor (90 for sm_90). Code built
   /// for an older minor of the same major (sm_80 on sm_86) shows the older one; code compiled

@@ -17,8 +17,9 @@ enum class StatusCode : int {
   kNotSupported = 5,       ///< valid, but not implemented by this build or device
   kCudaError = 6,          ///< the CUDA runtime reported an error (see cuda_error())
   kCompileError = 7,       ///< run-time compilation failed; the message holds the compiler's log
-  kFileError = 8,  ///< a file could not be read or written, or is not what it must be (truncated,
-                   ///< corrupted, of another version or byte order, not the user's own)
+  kFileError = 8,    ///< a file could not be read or written, or is not what it must be (truncated,
+                     ///< corrupted, of another version or byte order, not the user's own)
+  kOutOfMemory = 9,  ///< host memory the call needs could not be allocated
 };
 
 /// Short lower-case name of a code, e.g. "invalid argument".

@@ -2,8 +2,10 @@
 
 #include <cuda_runtime_api.h>
 
-#include <iterator>
+#include <algorithm>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/launch.h"
 #include "cudaops/kernels.h"
@@ -11,25 +13,30 @@
 namespace cudaops {
 namespace {
 
-struct Family {
-  const char* name;
-  const char* source;
-  const void* (*kernel)();
-};
-
-// One row per CUDA source of the library.
-constexpr Family kFamilies[] = {
-    {"elementwise", "elementwise.cu", detail::elementwise_family_kernel},
-    {"softmax", "softmax.cu", detail::rowwise::softmax_family_kernel},
-    {"norm", "norm_forward_f32.cu", detail::rowwise::norm_family_kernel},
-    {"rowwise_reduce", "rowwise_host.cu", detail::rowwise::reduce_family_kernel},
-    {"topk", "topk_f32.cu", detail::topk::topk_family_kernel},
-};
+// A function-local list: registrations run from other sources' static initialisers, in an order
+// the linker chooses.
+std::vector<detail::KernelFamily>& families() {
+  static std::vector<detail::KernelFamily> list;
+  return list;
+}
 
 }  // namespace
 
+namespace detail {
+
+bool register_kernel_family(const KernelFamily& family) {
+  auto& list = families();
+  const auto at = std::find_if(list.begin(), list.end(), [&](const KernelFamily& f) {
+    return std::strcmp(family.name, f.name) < 0;
+  });
+  list.insert(at, family);
+  return true;
+}
+
+}  // namespace detail
+
 int kernel_family_count() noexcept {
-  return static_cast<int>(std::size(kFamilies));
+  return static_cast<int>(families().size());
 }
 
 Status kernel_family_info(int index, KernelFamilyInfo* info) noexcept {
@@ -42,7 +49,7 @@ Status kernel_family_info(int index, KernelFamilyInfo* info) noexcept {
   if (info == nullptr) {
     return Status(StatusCode::kInvalidArgument, std::string(kOp) + ": info must not be null");
   }
-  const Family& family = kFamilies[index];
+  const detail::KernelFamily& family = families()[static_cast<size_t>(index)];
   KernelFamilyInfo result;
   result.name = family.name;
   result.source = family.source;

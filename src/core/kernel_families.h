@@ -1,20 +1,27 @@
 #pragma once
 
-// One kernel of each family (each CUDA source of the library), for kernel_family_info(): asking
-// the runtime about it says how the device runs that source's code.
+// The kernel families that kernel_family_info() reports (one per CUDA source that an op family
+// wants reported): each source registers one of its kernels next to the code, so that adding an
+// op edits no central list. Asking the runtime about that kernel says how the device runs the
+// source's code (SASS for its architecture, or PTX compiled by the driver).
 
 namespace cudaops::detail {
 
-const void* elementwise_family_kernel();
+struct KernelFamily {
+  const char* name;         // "softmax", "kmeans", ...
+  const char* source;       // the source file that holds it
+  const void* (*kernel)();  // one kernel of that source
+};
 
-namespace rowwise {
-const void* softmax_family_kernel();
-const void* norm_family_kernel();
-const void* reduce_family_kernel();
-}  // namespace rowwise
-
-namespace topk {
-const void* topk_family_kernel();
-}  // namespace topk
+/// Adds `family` to the reported list (kept sorted by name); returns true, so that a source can
+/// register from a static initialiser: CUDAOPS_KERNEL_FAMILY below.
+bool register_kernel_family(const KernelFamily& family);
 
 }  // namespace cudaops::detail
+
+/// Registers the kernel family NAME of source SOURCE, reported through KERNEL_FN (a function
+/// returning one of the source's kernels), at load time. Use once per source, at namespace scope.
+#define CUDAOPS_KERNEL_FAMILY(NAME, SOURCE, KERNEL_FN)                   \
+  [[maybe_unused]] static const bool cudaops_kernel_family_registered_ = \
+      ::cudaops::detail::register_kernel_family(                         \
+          ::cudaops::detail::KernelFamily{NAME, SOURCE, KERNEL_FN})

@@ -2,9 +2,19 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "cudaops/status.h"
 
 namespace cudaops::detail {
+
+/// Blocks of `per_block` items each that cover `items`: at least one, at most 2^30 (a grid's x
+/// limit, with room), so that a kernel striding by the grid covers the rest.
+inline unsigned blocks_for(int64_t items, int64_t per_block) {
+  const int64_t blocks = (items + per_block - 1) / per_block;
+  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(blocks, 1), int64_t{1} << 30));
+}
 
 /// Checks the launch that was just made on `stream` by `op`. With CUDAOPS_DEBUG_SYNC it also
 /// waits for the stream (unless it is being captured), so that a fault inside the kernel is

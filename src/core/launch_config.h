@@ -10,9 +10,9 @@ namespace cudaops::detail {
 /// with `smem` bytes of dynamic shared memory: `cluster` blocks per thread-block cluster (0:
 /// no cluster attribute; 1 is a cluster of one block, as occupancy queries may want), and
 /// `dependent`: the kernel may start before the previous kernel of the stream ends, and waits for
-/// its results itself (griddepcontrol.wait, core/cluster.cuh). Clusters and dependent launches need
-/// an sm_90 image (cluster_image, core/launch.h). The configuration points at its own attributes,
-/// so it is not copied.
+/// its results itself (griddepcontrol.wait, device/cluster.cuh). Clusters and dependent launches
+/// need an sm_90 image (cluster_image, core/launch.h). The configuration points at its own
+/// attributes, so it is not copied.
 class LaunchConfig {
  public:
   LaunchConfig(unsigned blocks, int threads, size_t smem, cudaStream_t stream, int cluster = 0,

@@ -49,6 +49,8 @@ const char* status_code_name(StatusCode code) noexcept {
       return "compile error";
     case StatusCode::kFileError:
       return "file error";
+    case StatusCode::kOutOfMemory:
+      return "out of memory";
   }
   return "unknown status";
 }

@@ -18,9 +18,9 @@
 #include <sstream>
 
 #include "core/launch.h"
-#include "core/numeric.cuh"
-#include "core/vector.cuh"
 #include "cudaops/status.h"
+#include "device/numeric.cuh"
+#include "device/vector.cuh"
 
 namespace cudaops::detail {
 

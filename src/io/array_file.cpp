@@ -9,9 +9,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <utility>
+#include <vector>
 
 #include "core/checked.h"
+#include "io/trusted_file.h"
 
 namespace cudaops::detail::io {
 
@@ -259,6 +262,8 @@ ArrayFile::~ArrayFile() {
 
 ArrayFile::ArrayFile(ArrayFile&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
+      data_start_(other.data_start_),
+      size_(other.size_),
       path_(std::move(other.path_)),
       op_(std::move(other.op_)),
       arrays_(std::move(other.arrays_)) {}
@@ -267,6 +272,8 @@ ArrayFile& ArrayFile::operator=(ArrayFile&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    data_start_ = other.data_start_;
+    size_ = other.size_;
     path_ = std::move(other.path_);
     op_ = std::move(other.op_);
     arrays_ = std::move(other.arrays_);
@@ -282,26 +289,12 @@ Status ArrayFile::open(const std::string& path, std::string_view kind, const cha
   ArrayFile file;
   file.path_ = path;
   file.op_ = o;
-  // No links followed, and a FIFO does not block the open.
-  file.fd_ = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (file.fd_ < 0) {
-    const int error = errno;
-    return file_error(o, path,
-                      error == ELOOP ? std::string("is a symbolic link; refused")
-                                     : "cannot open: " + errno_text(error));
-  }
-  struct stat st {};
-  if (::fstat(file.fd_, &st) != 0) return file_error(o, path, "cannot stat: " + errno_text(errno));
-  if (!S_ISREG(st.st_mode)) return file_error(o, path, "is not a regular file; refused");
-  if (st.st_uid != ::geteuid()) {
-    return file_error(o, path,
-                      "is owned by user " + std::to_string(st.st_uid) + ", not by this user (" +
-                          std::to_string(::geteuid()) + "); refused");
-  }
-  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return file_error(o, path, "is writable by its group or others; refused");
-  }
-  const auto size = static_cast<uint64_t>(st.st_size);
+  // One open, then the descriptor's own checks (io/trusted_file.h): owned by this user alone.
+  TrustedFile trusted;
+  std::string why;
+  if (!trusted.open(path, /*owned=*/true, &why)) return file_error(o, path, why);
+  const uint64_t size = trusted.size();
+  file.fd_ = trusted.release();
   unsigned char header[kHeaderBytes];
   if (size < kHeaderBytes || !read_all(file.fd_, 0, header, kHeaderBytes)) {
     return file_error(
@@ -354,6 +347,8 @@ Status ArrayFile::open(const std::string& path, std::string_view kind, const cha
     return file_error(o, path, "has a corrupted table (its checksum does not match)");
   }
   const uint64_t data_start = kHeaderBytes + table.size();
+  file.data_start_ = data_start;
+  file.size_ = size;
   for (uint32_t i = 0; i < count; ++i) {
     const unsigned char* e = table.data() + size_t{i} * kEntryBytes;
     ArrayInfo info;
@@ -415,6 +410,60 @@ Status ArrayFile::read(const ArrayInfo& info, void* dst) const {
     return file_error(op_, path_,
                       "array '" + info.name + "' is corrupted (its checksum does not match)");
   }
+  return Status();
+}
+
+Status ArrayFile::verify() const {
+  if (fd_ < 0) return Status(StatusCode::kInvalidArgument, op_ + ": the file is not open");
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<unsigned char> chunk;
+  try {
+    chunk.resize(kChunk);
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::kOutOfMemory, op_ + ": no host memory for a 1 MiB read buffer");
+  }
+  std::vector<const ArrayInfo*> order;
+  for (const ArrayInfo& info : arrays_)
+    order.push_back(&info);
+  std::sort(order.begin(), order.end(),
+            [](const ArrayInfo* a, const ArrayInfo* b) { return a->offset < b->offset; });
+  // zero(from, to): the bytes [from, to) all zero; crc(info): the array's checksum.
+  const auto zero = [&](uint64_t from, uint64_t to) {
+    while (from < to) {
+      const auto n = static_cast<size_t>(std::min<uint64_t>(to - from, kChunk));
+      if (!read_all(fd_, from, chunk.data(), n)) return false;
+      for (size_t i = 0; i < n; ++i) {
+        if (chunk[i] != 0) return false;
+      }
+      from += n;
+    }
+    return true;
+  };
+  uint64_t at = data_start_;
+  for (const ArrayInfo* info : order) {
+    if (!zero(at, info->offset)) {
+      return file_error(
+          op_, path_,
+          "has non-zero bytes between its arrays (before '" + info->name + "'); refused");
+    }
+    uint32_t crc = 0;
+    for (uint64_t done = 0; done < info->bytes;) {
+      const auto n = static_cast<size_t>(std::min<uint64_t>(info->bytes - done, kChunk));
+      if (!read_all(fd_, info->offset + done, chunk.data(), n)) {
+        return file_error(op_, path_,
+                          "cannot read array '" + info->name + "': " + errno_text(errno));
+      }
+      crc = crc32(chunk.data(), n, crc);
+      done += n;
+    }
+    if (crc != info->crc) {
+      return file_error(op_, path_,
+                        "array '" + info->name + "' is corrupted (its checksum does not match)");
+    }
+    at = std::max(at, info->offset + info->bytes);
+  }
+  if (!zero(at, size_))
+    return file_error(op_, path_, "has non-zero bytes after its last array; refused");
   return Status();
 }
 

@@ -90,9 +90,16 @@ class ArrayFile {
   const ArrayInfo* find(std::string_view name) const;
   /// Reads `info`'s bytes into dst (info.bytes of them) and checks their checksum.
   Status read(const ArrayInfo& info, void* dst) const;
+  /// Checks every byte of the file past the table without holding more than a chunk of it: each
+  /// array's checksum, and that the gaps between arrays (alignment) and after the last are zero,
+  /// so that no byte of the file is unchecked. A reader calls it before allocating what the
+  /// table claims, so that a forged (say sparse) file is refused before it costs memory.
+  Status verify() const;
 
  private:
   int fd_ = -1;
+  uint64_t data_start_ = 0;
+  uint64_t size_ = 0;
   std::string path_;
   std::string op_;
   std::vector<ArrayInfo> arrays_;

@@ -1,10 +1,9 @@
-// The IVF index's build and extension: the public entry points check every argument (ivf_checks.h)
+// The IVF index's build and extension: the public entry points check every argument (ivf_plan.h)
 // and pick the keys' dtype (ivf_build_<dtype>.cu).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "cudaops/ivf.h"
-#include "ivf/ivf_checks.h"
 #include "ivf/ivf_plan.h"
 
 namespace cudaops {

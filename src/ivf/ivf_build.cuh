@@ -14,17 +14,16 @@
 //   grouping:  each head's tokens by cluster, ascending within one (k-means' stable sort);
 //   the index: CSR offsets, sizes and the largest, the centroids (float32 and the keys' dtype),
 //              ids, keys and values copied in cluster order, each cluster's value sum in order.
-#include "core/cluster.cuh"
 #include "core/launch.h"
 #include "core/launch_config.h"
-#include "core/vector.cuh"
+#include "device/cluster.cuh"
+#include "device/vector.cuh"
+#include "engine/kmeans_update.cuh"
 #include "ivf/ivf_plan.h"
-#include "kmeans/kmeans_update.cuh"
 
 namespace cudaops::detail::ivf {
 namespace {
 
-using kmeans::blocks_for;
 using kmeans::Rows;
 using kmeans::rows_of;
 

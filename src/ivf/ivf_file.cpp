@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <new>
 #include <string_view>
 #include <utility>
 
@@ -71,13 +72,12 @@ Status shape_from_file(const io::ArrayFile& file, const char* op, IvfShape* s) {
   return check_saved_shape(*s, op);
 }
 
-/// What the search trusts: ranges in order within [0, S], sizes equal to them, ids in [0, S), each
-/// once per head, and the largest size.
-Status check_contents(const HostIndex& x, const char* op) {
+/// What the search trusts of the clusters: each head's ranges in order within [0, S], sizes equal
+/// to them, and the largest size. Needs no token array, so it runs before those are allocated.
+Status check_ranges(const HostIndex& x, const char* op) {
   const IvfShape& s = x.shape;
   const int64_t c = s.max_clusters, n = s.capacity;
   int32_t largest = 0;
-  std::vector<uint8_t> seen(static_cast<size_t>(n));
   for (int64_t h = 0; h < s.heads; ++h) {
     const int64_t* off = &x.offsets[static_cast<size_t>(h * (c + 1))];
     if (off[0] != 0 || off[c] != n) {
@@ -91,6 +91,17 @@ Status check_contents(const HostIndex& x, const char* op) {
       }
       largest = std::max<int32_t>(largest, static_cast<int32_t>(off[j + 1] - off[j]));
     }
+  }
+  if (x.largest != largest) return file_error(op, "the largest cluster's size is not as stored");
+  return Status();
+}
+
+/// What the search trusts of the tokens: ids in [0, S), each once per head.
+Status check_ids(const HostIndex& x, const char* op) {
+  const IvfShape& s = x.shape;
+  const int64_t n = s.capacity;
+  std::vector<uint8_t> seen(static_cast<size_t>(n));
+  for (int64_t h = 0; h < s.heads; ++h) {
     std::fill(seen.begin(), seen.end(), 0);
     for (int64_t p = 0; p < n; ++p) {
       const int32_t t = x.ids[static_cast<size_t>(h * n + p)];
@@ -101,8 +112,19 @@ Status check_contents(const HostIndex& x, const char* op) {
       seen[static_cast<size_t>(t)] = 1;
     }
   }
-  if (x.largest != largest) return file_error(op, "the largest cluster's size is not as stored");
   return Status();
+}
+
+size_t count_of(std::initializer_list<int64_t> f) {
+  int64_t total = 0;
+  checked_product(f, &total);  // bounded by check_saved_shape
+  return static_cast<size_t>(total);
+}
+
+Status no_memory(const IvfShape& s, const char* op) {
+  return Status(StatusCode::kOutOfMemory, std::string(op) + ": no host memory for the index's " +
+                                              "arrays (" + std::to_string(s.heads) + " heads of " +
+                                              std::to_string(s.capacity) + " tokens)");
 }
 
 template <typename V>
@@ -113,24 +135,40 @@ std::pair<void*, size_t> span_of(std::vector<V>& v) {
 }  // namespace
 
 Status HostIndex::allocate(const IvfShape& s, const char* op) {
+  if (Status st = allocate_clusters(s, op); !st.ok()) return st;
+  return allocate_tokens(op);
+}
+
+Status HostIndex::allocate_clusters(const IvfShape& s, const char* op) {
   if (Status st = check_saved_shape(s, op); !st.ok()) return st;
+  *this = HostIndex();
   shape = s;
-  const auto count = [](std::initializer_list<int64_t> f) {
-    int64_t total = 0;
-    checked_product(f, &total);  // bounded by check_saved_shape
-    return static_cast<size_t>(total);
-  };
-  const int64_t h = s.heads, c = s.max_clusters, n = s.capacity, d = s.dim, v = s.value_dim;
-  means.assign(count({h, d}), 0.0f);
-  centroids.assign(count({h, c, d}), 0.0f);
-  centroids_lp.assign(count({h, c, d}), 0);
-  offsets.assign(count({h, c + 1}), 0);
-  sizes.assign(count({h, c}), 0);
-  ids.assign(count({h, n}), 0);
-  keys.assign(count({h, n, d}), 0);
-  values.assign(count({h, n, v}), 0);
-  value_sums.assign(count({h, c, v}), 0.0f);
-  largest = 0;
+  const int64_t h = s.heads, c = s.max_clusters, d = s.dim, v = s.value_dim;
+  try {
+    means.assign(count_of({h, d}), 0.0f);
+    centroids.assign(count_of({h, c, d}), 0.0f);
+    centroids_lp.assign(count_of({h, c, d}), 0);
+    offsets.assign(count_of({h, c + 1}), 0);
+    sizes.assign(count_of({h, c}), 0);
+    value_sums.assign(count_of({h, c, v}), 0.0f);
+  } catch (const std::bad_alloc&) {
+    *this = HostIndex();
+    return no_memory(s, op);
+  }
+  return Status();
+}
+
+Status HostIndex::allocate_tokens(const char* op) {
+  const int64_t h = shape.heads, n = shape.capacity, d = shape.dim, v = shape.value_dim;
+  try {
+    ids.assign(count_of({h, n}), 0);
+    keys.assign(count_of({h, n, d}), 0);
+    values.assign(count_of({h, n, v}), 0);
+  } catch (const std::bad_alloc&) {
+    const IvfShape s = shape;
+    *this = HostIndex();
+    return no_memory(s, op);
+  }
   return Status();
 }
 
@@ -173,19 +211,36 @@ Status read_index_file(const std::string& path, const char* op, HostIndex* out) 
     }
     infos.push_back(info);
   }
+  // Every byte checked in bounded chunks before the arrays' memory is taken; then the clusters'
+  // arrays read and their ranges checked before the tokens' (the bulk) are allocated.
+  if (Status st = file.verify(); !st.ok()) return st;
   HostIndex x;
-  if (Status st = x.allocate(s, op); !st.ok()) return st;
-  const std::pair<void*, size_t> dst[] = {span_of(x.means),        span_of(x.centroids),
-                                          span_of(x.centroids_lp), span_of(x.offsets),
-                                          span_of(x.sizes),        span_of(x.ids),
-                                          span_of(x.keys),         span_of(x.values),
-                                          span_of(x.value_sums),   {&x.largest, sizeof(x.largest)}};
-  for (size_t i = 0; i < infos.size(); ++i) {
-    if (infos[i]->bytes != dst[i].second) return file_error(op, "an array's size is not as shaped");
-    if (infos[i]->bytes == 0) continue;
-    if (Status st = file.read(*infos[i], dst[i].first); !st.ok()) return st;
+  if (Status st = x.allocate_clusters(s, op); !st.ok()) return st;
+  const auto read = [&](size_t i, std::pair<void*, size_t> dst) {
+    if (infos[i]->bytes != dst.second) return file_error(op, "an array's size is not as shaped");
+    if (infos[i]->bytes == 0) return Status();
+    return file.read(*infos[i], dst.first);
+  };
+  // The order of expected_arrays.
+  const std::pair<size_t, std::pair<void*, size_t>> clusters[] = {
+      {0, span_of(x.means)},
+      {1, span_of(x.centroids)},
+      {2, span_of(x.centroids_lp)},
+      {3, span_of(x.offsets)},
+      {4, span_of(x.sizes)},
+      {8, span_of(x.value_sums)},
+      {9, {&x.largest, sizeof(x.largest)}}};
+  for (const auto& [i, dst] : clusters) {
+    if (Status st = read(i, dst); !st.ok()) return st;
   }
-  if (Status st = check_contents(x, op); !st.ok()) return st;
+  if (Status st = check_ranges(x, op); !st.ok()) return st;
+  if (Status st = x.allocate_tokens(op); !st.ok()) return st;
+  const std::pair<size_t, std::pair<void*, size_t>> tokens[] = {
+      {5, span_of(x.ids)}, {6, span_of(x.keys)}, {7, span_of(x.values)}};
+  for (const auto& [i, dst] : tokens) {
+    if (Status st = read(i, dst); !st.ok()) return st;
+  }
+  if (Status st = check_ids(x, op); !st.ok()) return st;
   *out = std::move(x);
   return Status();
 }

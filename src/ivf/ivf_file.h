@@ -27,8 +27,13 @@ struct HostIndex {
   std::vector<float> value_sums;       // [H, C, Dv]
   int32_t largest = 0;
 
-  /// Every vector sized for `shape` (shape checked first).
+  /// Every vector sized for `shape` (shape checked first); kOutOfMemory, nothing held, where the
+  /// host has no room.
   Status allocate(const IvfShape& s, const char* op);
+  /// The clusters' vectors alone (all but ids, keys and values), as allocate.
+  Status allocate_clusters(const IvfShape& s, const char* op);
+  /// The tokens' vectors (ids, keys, values) of the shape allocate_clusters was given.
+  Status allocate_tokens(const char* op);
 };
 
 Status write_index_file(const HostIndex& index, const std::string& path, const char* op);

@@ -2,13 +2,16 @@
 // ivf_load reads a checked file (ivf_file.h) into an index's buffer.
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/launch.h"
 #include "cudaops/ivf.h"
-#include "ivf/ivf_checks.h"
 #include "ivf/ivf_file.h"
+#include "ivf/ivf_plan.h"
 
 namespace cudaops {
 namespace detail::ivf {
@@ -22,10 +25,22 @@ cudaError_t copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_p
                            stream);
 }
 
-}  // namespace
-}  // namespace detail::ivf
+/// f(), with a host allocation that fails (std::bad_alloc, or a length past the vector's limit)
+/// turned into kOutOfMemory: a Status function never throws.
+template <typename F>
+Status without_throwing(const char* op, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return Status(StatusCode::kOutOfMemory, std::string(op) + ": host memory is exhausted");
+  } catch (const std::length_error&) {
+    return Status(StatusCode::kOutOfMemory, std::string(op) + ": a host array would be too long");
+  } catch (...) {
+    return Status(StatusCode::kInvalidArgument, std::string(op) + ": an unexpected exception");
+  }
+}
 
-Status ivf_save(const IvfIndex& index, const char* path, cudaStream_t stream) {
+Status save(const IvfIndex& index, const char* path, cudaStream_t stream) {
   constexpr const char* kOp = "ivf_save";
   IvfLayout l;
   if (Status s = detail::ivf::check_built(kOp, index, &l); !s.ok()) return s;
@@ -71,14 +86,14 @@ Status ivf_save(const IvfIndex& index, const char* path, cudaStream_t stream) {
   return detail::ivf::write_index_file(x, path, kOp);
 }
 
-Status ivf_saved_shape(const char* path, IvfShape* shape) {
+Status saved_shape(const char* path, IvfShape* shape) {
   constexpr const char* kOp = "ivf_saved_shape";
   if (path == nullptr || *path == 0) return detail::ivf::invalid(kOp, "path must not be empty");
   if (shape == nullptr) return detail::ivf::invalid(kOp, "shape must not be null");
   return detail::ivf::read_index_shape(path, kOp, shape);
 }
 
-Status ivf_load(const char* path, IvfIndex* index, cudaStream_t stream) {
+Status load(const char* path, IvfIndex* index, cudaStream_t stream) {
   constexpr const char* kOp = "ivf_load";
   if (path == nullptr || *path == 0) return detail::ivf::invalid(kOp, "path must not be empty");
   if (index == nullptr) return detail::ivf::invalid(kOp, "index must not be null");
@@ -153,6 +168,24 @@ Status ivf_load(const char* path, IvfIndex* index, cudaStream_t stream) {
   index->tokens = n;
   index->n_clusters = c;
   return Status();
+}
+
+}  // namespace
+}  // namespace detail::ivf
+
+Status ivf_save(const IvfIndex& index, const char* path, cudaStream_t stream) {
+  return detail::ivf::without_throwing("ivf_save",
+                                       [&] { return detail::ivf::save(index, path, stream); });
+}
+
+Status ivf_saved_shape(const char* path, IvfShape* shape) {
+  return detail::ivf::without_throwing("ivf_saved_shape",
+                                       [&] { return detail::ivf::saved_shape(path, shape); });
+}
+
+Status ivf_load(const char* path, IvfIndex* index, cudaStream_t stream) {
+  return detail::ivf::without_throwing("ivf_load",
+                                       [&] { return detail::ivf::load(path, index, stream); });
 }
 
 }  // namespace cudaops

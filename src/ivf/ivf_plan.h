@@ -1,12 +1,13 @@
 #pragma once
 
-// The IVF index over attention KV caches: how a build is laid out (host only, so that the sizes
-// need no device) and the typed launch entry point, built one dtype per translation unit
-// (ivf_build_<dtype>.cu).
+// The IVF index over attention KV caches: how each call is laid out (host only, so that the sizes
+// need no device), the argument checks its entry points share (ivf_plan.cpp), and the typed launch
+// entry points, built one dtype per translation unit (ivf_<stage>_<dtype>.cu).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "cudaops/ivf.h"
 #include "cudaops/kmeans.h"
@@ -203,5 +204,44 @@ struct ProbeCall : QueryCall {
 
 template <typename T>
 Status launch_probe(const ProbeCall& call, cudaStream_t stream);
+
+// ---- the argument checks and layouts of the entry points (ivf_plan.cpp); each returns a status
+// naming `op` and the argument.
+Status invalid(const char* op, const std::string& text);
+
+Status check_shape(const char* op, const IvfShape& s);
+/// The shape checked and laid out.
+Status layout_of(const char* op, const IvfShape& s, IvfLayout* l);
+Status check_params(const char* op, const IvfShape& s, int64_t seq, const IvfBuildParams& params);
+Status build_layout(const char* op, const IvfShape& s, int64_t seq, const IvfBuildParams& params,
+                    BuildLayout* l);
+/// An index that holds tokens and clusters within its capacity (as ivf_build leaves it).
+Status check_held(const char* op, const IvfIndex& index);
+/// The extension's sizes: every argument but the memory checked, the workspace laid out.
+Status extend_layout(const char* op, const IvfIndex& index, const IvfInput& input,
+                     const IvfExtendParams& params, ExtendLayout* l);
+/// The search's sizes: every argument but the memory checked, the workspace laid out.
+Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
+                     const IvfSearchParams& params, int64_t* max_candidates, SearchLayout* l);
+/// The sizes of ivf_clusters (max_tokens 0) or ivf_retrieve: every argument but the memory
+/// checked, the workspace laid out; *rows the result's rows.
+Status probe_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
+                    const IvfProbeParams& params, int64_t max_tokens, bool retrieve, int64_t* rows,
+                    ProbeLayout* l);
+
+/// index.data (called `name` in messages) set and 256-byte aligned.
+Status check_index_data(const char* op, const IvfIndex& index, const char* name);
+/// The index's and the queries' pointers of a search, clusters or retrieval call.
+Status check_probe_memory(const char* op, const IvfIndex& index, const IvfQueries& queries);
+/// `bytes` of workspace at least `needed` (as the size query `query` gives), set and aligned.
+Status check_workspace(const char* op, const char* query, void* workspace, size_t bytes,
+                       size_t needed);
+/// The memory of a build or an extension: the index's buffer, the input's keys and values, the
+/// workspace (`needed` bytes, as `query` gives), none overlapping another that is written.
+Status check_input_memory(const char* op, const IvfIndex& index, const IvfInput& input,
+                          size_t index_bytes, void* workspace, size_t workspace_bytes,
+                          size_t needed, const char* query);
+/// A built index's layout and pointer (save).
+Status check_built(const char* op, const IvfIndex& index, IvfLayout* layout);
 
 }  // namespace cudaops::detail::ivf

@@ -14,16 +14,13 @@
 #include "cudaops/kmeans.h"
 
 #include "core/launch.h"
+#include "engine/kmeans_mma.cuh"
+#include "engine/kmeans_update.cuh"
 #include "ivf/ivf_plan.h"
-#include "kmeans/kmeans_mma.cuh"
-#include "kmeans/kmeans_update.cuh"
 
 namespace cudaops::detail::ivf {
 namespace {
 
-using kmeans::copy16;
-using kmeans::copy_commit;
-using kmeans::copy_wait;
 using kmeans::smem_row_bytes;
 
 /// Columns of a chunk (the mma.sync products' chunk).
@@ -126,7 +123,7 @@ __global__ void __launch_bounds__(256) chunks_kernel(ChunkArgs<T> a) {
     }
     const float* src = a.centroids + (b * l.clusters + j) * l.d;
     for (int e = lane; e < l.d_pad; e += 32)
-      rows[k * l.d_pad + e] = kmeans::operand_value<T>(e < l.d ? src[e] : 0.0f);
+      rows[k * l.d_pad + e] = operand_value<T>(e < l.d ? src[e] : 0.0f);
   }
   if (threadIdx.x == 0) radius2 = 0.0f;
   __syncthreads();  // the block's rows, written above, are read back below
@@ -143,7 +140,7 @@ __global__ void __launch_bounds__(256) chunks_kernel(ChunkArgs<T> a) {
       const float v = to_float(rows[k * l.d_pad + e]) - mean[e];
       s = fmaf(v, v, s);
     }
-    s = kmeans::warp_sum(s);
+    s = warp_sum(s);
     // Non-negative floats order as their bits.
     if (lane == 0) atomicMax(reinterpret_cast<int*>(&radius2), __float_as_int(s));
   }
@@ -257,7 +254,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) pruned_pass_kernel(PruneArgs<T
     for (int m = 0; m < 2; ++m) {
 #pragma unroll
       for (int h = 0; h < 2; ++h)
-        kmeans::row_minimum(best[m][h], best_j[m][h]);
+        row_minimum(best[m][h], best_j[m][h]);
     }
   };
   auto row_of = [&](int m, int h) { return warp * 32 + m * 16 + h * 8 + g; };
@@ -333,7 +330,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) pruned_pass_kernel(PruneArgs<T
         }
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1)
-          bits |= __shfl_xor_sync(kmeans::kFull, static_cast<unsigned long long>(bits), o);
+          bits |= __shfl_xor_sync(kFull, static_cast<unsigned long long>(bits), o);
         if (lane == 0) {
           const uint32_t low = static_cast<uint32_t>(bits),
                          high = static_cast<uint32_t>(bits >> 32);
@@ -434,7 +431,7 @@ Status pruned_pass(const BuildCall& call, const T* centred, const float* centroi
       ChunkArgs<T>{l, centroids, group_counts, group_starts, grouped});
   if (Status st = check_launch(kOp, stream); !st.ok()) return st;
   // The tokens by group, then by cluster within one.
-  order_keys_kernel<<<kmeans::blocks_for(s.heads * call.seq, 256), 256, 0, stream>>>(
+  order_keys_kernel<<<blocks_for(s.heads * call.seq, 256), 256, 0, stream>>>(
       labels, s.heads, call.seq, c, l.position);
   if (Status st = check_launch(kOp, stream); !st.ok()) return st;
   int32_t* order = at<int32_t>(ws, w.perm);

@@ -153,8 +153,8 @@ Status launch_probe(const ProbeCall& call, cudaStream_t stream) {
       return st;
     }
     if (Status st = launch_after(
-            op, group_scores_kernel, dim3(kmeans::blocks_for(rows * call.n_clusters, 256)), 256, 0,
-            stream, static_cast<const float*>(cluster_scores), static_cast<const float*>(stats),
+            op, group_scores_kernel, dim3(blocks_for(rows * call.n_clusters, 256)), 256, 0, stream,
+            static_cast<const float*>(cluster_scores), static_cast<const float*>(stats),
             reinterpret_cast<const int32_t*>(ix + call.index.sizes), s.heads, group, call.n_queries,
             s.max_clusters, call.n_clusters, grouped);
         !st.ok()) {

@@ -18,21 +18,19 @@
 #include <cmath>
 #include <type_traits>
 
-#include "core/cluster.cuh"
 #include "core/launch.h"
 #include "core/launch_config.h"
-#include "core/vector.cuh"
+#include "device/cluster.cuh"
+#include "device/vector.cuh"
+#include "engine/kmeans_device.cuh"
+#include "engine/kmeans_mma.cuh"
 #include "ivf/ivf_plan.h"
 #include "ivf/ivf_select.cuh"
-#include "kmeans/kmeans_device.cuh"
-#include "kmeans/kmeans_mma.cuh"
 
 namespace cudaops::detail::ivf {
 namespace {
 
 constexpr const char* kSearch = "ivf_search";
-
-using kmeans::blocks_for;
 
 constexpr int kScoreThreads = 256;
 constexpr int kRowsPerBlock = 16;
@@ -231,8 +229,8 @@ __global__ void __launch_bounds__(kMmaScoreWarps * 32)
     for (int k = 0; k < kChunks; ++k) {
       const uint32_t lo[4] = {qa[k].x, qb[k].x, qa[k].y, qb[k].y};
       const uint32_t hi[4] = {qa[k].z, qb[k].z, qa[k].w, qb[k].w};
-      kmeans::mma<T>(acc, lo, b[u][k].x, b[u][k].y);
-      kmeans::mma<T>(acc, hi, b[u][k].z, b[u][k].w);
+      mma<T>(acc, lo, b[u][k].x, b[u][k].y);
+      mma<T>(acc, hi, b[u][k].z, b[u][k].w);
     }
     // acc: rows g and g + 8, centroids 2 t and 2 t + 1 of the tile (lanes 8 t and 8 t + 4 hold
     // their sizes).

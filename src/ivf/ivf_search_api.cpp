@@ -1,5 +1,5 @@
 // The IVF index's search, clusters and retrieval: the public entry points check every argument
-// (ivf_checks.h) and pick the keys' dtype (ivf_search_<dtype>.cu).
+// (ivf_plan.h) and pick the keys' dtype (ivf_search_<dtype>.cu).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -11,7 +11,6 @@
 #include "core/checked.h"
 #include "core/validate.h"
 #include "cudaops/ivf.h"
-#include "ivf/ivf_checks.h"
 #include "ivf/ivf_plan.h"
 
 namespace cudaops {
@@ -183,7 +182,8 @@ Status ivf_retrieve(const IvfIndex& index, const IvfQueries& queries,
       !detail::checked_mul(places, sh.dim, &key_elems) ||
       !detail::checked_mul(places, sh.value_dim, &value_elems) ||
       key_elems > std::numeric_limits<int64_t>::max() / 8) {
-    return detail::ivf::invalid(kOp, "rows * params.max_tokens * dim overflows");
+    return detail::ivf::invalid(kOp,
+                                "rows * params.max_tokens * dim overflows");  // (as probe_layout)
   }
   if (Status s = detail::check_pointer(kOp, "out.keys", out.keys, key_elems, sh.dtype); !s.ok()) {
     return s;

@@ -174,6 +174,38 @@ std::string temp_name(const std::string& stem) {
   return std::string(kTempPrefix) + stem + "-" + suffix;
 }
 
+// "" when every directory above `dir` (an open directory) up to the root is one this user can
+// trust, else which one is not and why: owned by root or this user, and writable by no one else
+// unless its sticky bit keeps others from renaming what is not theirs (as /tmp). Whoever can
+// rename an ancestor can swap the cache for another directory of the user's (OpenSSH checks
+// ~/.ssh the same way). Walked by "..", so the directories checked are those the descriptor is in.
+std::string distrust_ancestors(int dir, const std::string& name) {
+  struct stat below {};
+  if (::fstat(dir, &below) != 0) return "cannot be inspected: " + errno_text();
+  Fd current(::fcntl(dir, F_DUPFD_CLOEXEC, 0));
+  std::string path = name + "/..";
+  for (int depth = 0; depth < 256 && current.valid(); ++depth) {
+    Fd up(::openat(current.get(), "..", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    struct stat info {};
+    if (!up.valid() || ::fstat(up.get(), &info) != 0) return "cannot be inspected: " + errno_text();
+    if (info.st_dev == below.st_dev && info.st_ino == below.st_ino) return "";  // the root
+    if (info.st_uid != 0 && info.st_uid != ::geteuid()) {
+      return "has an ancestor (" + path + ") owned by another user (uid " +
+             std::to_string(info.st_uid) + ")";
+    }
+    if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (info.st_mode & S_ISVTX) == 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(info.st_mode & 07777));
+      return "has an ancestor (" + path + ") writable by group or others (mode " + mode +
+             ") without the sticky bit";
+    }
+    below = info;
+    current = std::move(up);
+    path += "/..";
+  }
+  return "has too many ancestors to check";
+}
+
 // The cache directory, opened and checked. `missing`: it (or its parent) does not exist and
 // was not to be created; `why`: why it cannot be used.
 struct Opened {
@@ -211,6 +243,7 @@ Opened open_directory(const std::string& directory, bool create) {
     return out;
   }
   std::string wrong = distrust(info, true);
+  if (wrong.empty()) wrong = distrust_ancestors(parent_fd.get(), parent);
   if (!wrong.empty()) {
     out.why = "jit: the cache directory " + parent + " " + wrong +
               "; its entries are neither loaded nor stored (use a directory only this user can "

@@ -12,31 +12,12 @@
 #include "core/dispatch.cuh"
 #include "core/launch.h"
 #include "core/validate.h"
+#include "core/workspace.h"
 #include "cudaops/kmeans.h"
-#include "kmeans/kmeans_plan.h"
+#include "engine/kmeans_plan.h"
 
 namespace cudaops {
 namespace detail::kmeans {
-
-namespace {
-
-struct Builder {
-  size_t offset = 0;
-  bool overflow = false;
-  Piece add(int64_t count, int64_t element) {
-    int64_t bytes = 0;
-    if (!checked_mul(count, element, &bytes) ||
-        bytes > std::numeric_limits<int64_t>::max() / 2 - static_cast<int64_t>(offset)) {
-      overflow = true;
-      return {};
-    }
-    Piece p{offset, static_cast<size_t>(bytes)};
-    offset += (static_cast<size_t>(bytes) + 255) / 256 * 256;
-    return p;
-  }
-};
-
-}  // namespace
 
 Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, bool fit,
                    bool center, bool random_init, bool own_centroids, bool weights) {
@@ -47,36 +28,36 @@ Layout make_layout(int64_t batch, int64_t n, int64_t d, int64_t k, DType dtype, 
   l.k = k;
   const int64_t element = element_size(dtype);
   l.d_pad = padded_dims(d, element);
-  Builder b;
+  WorkspaceCarver b;
   int64_t bn = 0, bk = 0, bkd = 0, bkp = 0, bd = 0;
   if (!checked_mul(batch, n, &bn) || !checked_mul(batch, k, &bk) || !checked_mul(bk, d, &bkd) ||
       !checked_mul(bk, l.d_pad, &bkp) || !checked_mul(batch, d, &bd)) {
     l.bytes = std::numeric_limits<size_t>::max();
     return l;
   }
-  if (center) l.means = b.add(bd, 4);
-  if (fit && weights) l.point_w = b.add(bn, 4);
-  if (fit && !own_centroids) l.centroids = b.add(bkd, 4);
-  l.operand = b.add(bkp, element);
-  l.bias = b.add(bk, 4);
-  l.labels = b.add(bn, 4);
-  l.scores = b.add(bn, 4);
+  if (center) l.means = b.piece({bd, 4});
+  if (fit && weights) l.point_w = b.piece({bn, 4});
+  if (fit && !own_centroids) l.centroids = b.piece({bkd, 4});
+  l.operand = b.piece({bkp, element});
+  l.bias = b.piece({bk, 4});
+  l.labels = b.piece({bn, 4});
+  l.scores = b.piece({bn, 4});
   if (fit) {
-    l.counts = b.add(bk, 4);
-    l.starts = b.add(bk, 4);
-    l.perm = b.add(bn, 4);
-    l.prior = b.add(bn, 4);
+    l.counts = b.piece({bk, 4});
+    l.starts = b.piece({bk, 4});
+    l.perm = b.piece({bn, 4});
+    l.prior = b.piece({bn, 4});
     int64_t flags = 0;
-    if (!checked_add(bk, batch, &flags)) b.overflow = true;
-    l.dirty = b.add(flags, 4);
+    if (!checked_add(bk, batch, &flags)) b.set_overflow();
+    l.dirty = b.piece({flags, 4});
   }
   if (fit && random_init) {
-    l.rows = b.add(bk, 4);
+    l.rows = b.piece({bk, 4});
     int64_t words = 0;
-    if (!checked_mul(batch, (n + 31) / 32, &words)) b.overflow = true;
-    l.bitmap = b.add(words, 4);
+    if (!checked_mul(batch, (n + 31) / 32, &words)) b.set_overflow();
+    l.bitmap = b.piece({words, 4});
   }
-  l.bytes = b.overflow ? std::numeric_limits<size_t>::max() : b.offset;
+  l.bytes = b.overflow() ? std::numeric_limits<size_t>::max() : b.bytes();
   return l;
 }
 
@@ -88,6 +69,15 @@ Status invalid(const char* op, const std::string& text) {
 
 /// The points' checks, shared by kmeans and kmeans_assign; fills in the defaults of ld and
 /// batch_stride.
+/// The assignment's centroid count: labels are int32, so at most INT32_MAX clusters.
+Status check_assign_clusters(const char* op, int64_t k) {
+  if (k < 1 || k > std::numeric_limits<int32_t>::max()) {
+    return invalid(op, "centroids.n_clusters must be from 1 to 2^31 - 1 (labels are int32), got " +
+                           std::to_string(k));
+  }
+  return Status();
+}
+
 Status check_points(const char* op, KmeansPoints* p, bool query = false) {
   const int64_t element = element_size(p->dtype);
   if (element == 0) {
@@ -102,7 +92,9 @@ Status check_points(const char* op, KmeansPoints* p, bool query = false) {
     return invalid(op, "points.n " + std::to_string(p->n) + " must be below 2^31");
   }
   if (p->d < 1) return invalid(op, "points.d must be >= 1, got " + std::to_string(p->d));
-  if (p->d * element > kMaxRowBytes) {
+  // Sizes times the element size are compared by division or checked: a d, ld or batch_stride
+  // near 2^63 must be refused, not overflow.
+  if (p->d > kMaxRowBytes / element) {
     std::ostringstream text;
     text << op << ": points.d " << p->d << " is above the largest supported, "
          << kMaxRowBytes / element << " for " << dtype_name(p->dtype);
@@ -113,7 +105,11 @@ Status check_points(const char* op, KmeansPoints* p, bool query = false) {
     return invalid(op, "points.ld (" + std::to_string(p->ld) + ") must be >= points.d (" +
                            std::to_string(p->d) + ")");
   }
-  if (p->ld * element % 16 != 0) {
+  int64_t ld_bytes = 0;
+  if (!checked_mul(p->ld, element, &ld_bytes)) {
+    return invalid(op, "points.ld * element size overflows int64");
+  }
+  if (ld_bytes % 16 != 0) {
     std::ostringstream text;
     text << op << ": points.ld * element size (" << p->ld << " x " << element
          << " bytes) must be a multiple of 16 bytes";
@@ -127,7 +123,11 @@ Status check_points(const char* op, KmeansPoints* p, bool query = false) {
       return invalid(op,
                      "points.batch_stride must be >= 0, got " + std::to_string(p->batch_stride));
     }
-    if (p->batch_stride * element % 16 != 0) {
+    int64_t stride_bytes = 0;
+    if (!checked_mul(p->batch_stride, element, &stride_bytes)) {
+      return invalid(op, "points.batch_stride * element size overflows int64");
+    }
+    if (stride_bytes % 16 != 0) {
       return Status(StatusCode::kMisaligned,
                     std::string(op) +
                         ": points.batch_stride * element size must be a multiple "
@@ -432,9 +432,7 @@ Status kmeans_assign_workspace_size(const KmeansPoints& points, const KmeansCent
   KmeansPoints p = points;
   if (Status s = check_points(kQuery, &p, true); !s.ok()) return s;
   if (Status s = check_metric(kQuery, metric); !s.ok()) return s;
-  if (centroids.n_clusters < 1) {
-    return detail::kmeans::invalid(kQuery, "centroids.n_clusters must be >= 1");
-  }
+  if (Status s = check_assign_clusters(kQuery, centroids.n_clusters); !s.ok()) return s;
   const Layout layout = make_layout(p.batch, p.n, p.d, centroids.n_clusters, p.dtype, false, false,
                                     false, true, false);
   if (layout.bytes == std::numeric_limits<size_t>::max()) {
@@ -451,7 +449,7 @@ Status kmeans_assign(const KmeansPoints& points, const KmeansCentroids& centroid
   if (Status s = check_points(kAssign, &p); !s.ok()) return s;
   if (Status s = check_metric(kAssign, metric); !s.ok()) return s;
   const int64_t k = centroids.n_clusters;
-  if (k < 1) return detail::kmeans::invalid(kAssign, "centroids.n_clusters must be >= 1");
+  if (Status s = check_assign_clusters(kAssign, k); !s.ok()) return s;
   if (centroids.dtype != DType::kFloat32 && centroids.dtype != p.dtype) {
     std::ostringstream text;
     text << kAssign << ": centroids.dtype " << dtype_name(centroids.dtype)

@@ -1,4 +1,4 @@
 // Batched k-means of __half points.
-#include "kmeans/kmeans_kernels.cuh"
+#include "engine/kmeans_fit.cuh"
 
 CUDAOPS_KMEANS_INSTANTIATE(__half)

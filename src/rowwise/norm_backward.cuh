@@ -7,7 +7,7 @@
 #include "rowwise/norm_host.h"
 #include "rowwise/row_common.cuh"
 #include "rowwise/row_exchange.cuh"
-#include "rowwise/rowwise_host.h"
+#include "rowwise/rowwise_launch.h"
 
 namespace cudaops::detail::rowwise {
 namespace {

@@ -10,7 +10,7 @@
 #include "rowwise/row_exchange.cuh"
 #include "rowwise/row_ladder.cuh"
 #include "rowwise/row_pipeline.cuh"
-#include "rowwise/rowwise_host.h"
+#include "rowwise/rowwise_launch.h"
 
 namespace cudaops::detail::rowwise {
 namespace {

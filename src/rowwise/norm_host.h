@@ -1,6 +1,6 @@
 #pragma once
 
-// The norms' host interface: the public entry points (norm.cpp) check their arguments and pick
+// The norms' host interface: the public entry points (norm_api.cpp) check their arguments and pick
 // the dtype; the kernels and their launches are built one dtype per translation unit
 // (norm_forward_<dtype>.cu, norm_backward_<dtype>.cu), so that a build spreads over its cores.
 #include <cuda_runtime_api.h>
@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "cudaops/status.h"
-#include "rowwise/rowwise_host.h"
+#include "rowwise/rowwise_launch.h"
 
 namespace cudaops::detail::rowwise {
 

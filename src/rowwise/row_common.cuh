@@ -28,11 +28,11 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/cluster.cuh"
 #include "core/launch_config.h"
-#include "core/numeric.cuh"
-#include "core/shared_memory.cuh"
-#include "core/vector.cuh"
+#include "device/cluster.cuh"
+#include "device/numeric.cuh"
+#include "device/shared_memory.cuh"
+#include "device/vector.cuh"
 
 namespace cudaops::detail::rowwise {
 
@@ -613,7 +613,7 @@ __device__ __forceinline__ RowWalk row_walk(int cols, int part_cols) {
 
 #include "core/launch.h"
 #include "cudaops/status.h"
-#include "rowwise/rowwise_host.h"
+#include "rowwise/rowwise_launch.h"
 
 namespace cudaops::detail::rowwise {
 
@@ -623,7 +623,7 @@ struct CachedShape {
   static constexpr int vecs = kVecs;
 };
 
-/// Calls f(CachedShape<threads, vecs>{}) for kCachedLadder[index] (the ladder of rowwise_host.h);
+/// Calls f(CachedShape<threads, vecs>{}) for kCachedLadder[index] (the ladder of rowwise_launch.h);
 /// only the first kLimit entries are instantiated.
 template <int kLimit = 8, class F>
 Status with_cached_shape(int index, F&& f) {

@@ -8,7 +8,7 @@
 // then adds the same values in the same order, so all of a row's blocks compute the same bits.
 #include <cstdint>
 
-#include "core/cluster.cuh"
+#include "device/cluster.cuh"
 #include "rowwise/row_common.cuh"
 #include "rowwise/row_pipeline.cuh"
 

@@ -8,7 +8,7 @@
 //   3. pipelined: rows brought into shared memory stages by a persistent grid (ops that have one);
 //   4. streamed:  anything else, the row walked in chunks (16-byte ones when aligned).
 //
-// Each op supplies a small traits type (softmax.cu, norm_forward.cuh):
+// Each op supplies a small traits type (softmax_api.cu, norm_forward.cuh):
 //
 //   using Type = T;                                    // the element type
 //   static constexpr int kCachedCount;                 // rungs of kCachedLadder it uses
@@ -32,7 +32,7 @@
 #include "rowwise/row_common.cuh"
 #include "rowwise/row_exchange.cuh"
 #include "rowwise/row_pipeline.cuh"
-#include "rowwise/rowwise_host.h"
+#include "rowwise/rowwise_launch.h"
 
 namespace cudaops::detail::rowwise {
 

@@ -17,13 +17,13 @@
 #include <cstring>
 #include <type_traits>
 
-#include "core/mbarrier.cuh"
+#include "device/mbarrier.cuh"
 #include "rowwise/row_common.cuh"
 
 namespace cudaops::detail::rowwise {
 
 // ---------------------------------------------------------------------------------------------
-// Bulk copies (PTX ISA 8.0, sm_90), completing on an mbarrier (core/mbarrier.cuh).
+// Bulk copies (PTX ISA 8.0, sm_90), completing on an mbarrier (device/mbarrier.cuh).
 
 /// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared
 /// memory, completing on `bar`.

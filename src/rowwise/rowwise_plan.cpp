@@ -5,7 +5,7 @@
 #include "core/validate.h"
 #include "cudaops/rowwise.h"
 #include "rowwise/norm_host.h"
-#include "rowwise/rowwise_host.h"
+#include "rowwise/rowwise_launch.h"
 
 namespace cudaops {
 namespace {

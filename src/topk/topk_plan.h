@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "core/workspace.h"
 #include "cudaops/topk.h"
 
 namespace cudaops::detail::topk {
@@ -118,18 +120,15 @@ inline Plan make_plan(int64_t rows, int64_t cols, int64_t k) {
     const size_t count = static_cast<size_t>(rows) * plan.levels[i].tiles;
     if (count > slots[i % 2]) slots[i % 2] = count;
   }
-  auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
-  const size_t slot = static_cast<size_t>(slot_items(k));
-  size_t offset = 0;
+  const int64_t slot = slot_items(k);
+  WorkspaceCarver w;
   for (int b = 0; b < 2; ++b) {
-    plan.buffers[b].items_offset = offset;
-    offset += aligned(slots[b] * slot * 8);
-    plan.buffers[b].counts_offset = offset;
-    offset += aligned(slots[b] * 4);
+    const auto count = static_cast<int64_t>(slots[b]);
+    plan.buffers[b].items_offset = w.add({count, slot, 8});
+    plan.buffers[b].counts_offset = w.add({count, 4});
   }
-  plan.bounds_offset = offset;
-  offset += aligned(static_cast<size_t>(rows) * plan.samples * 4);
-  plan.workspace_bytes = offset;
+  plan.bounds_offset = w.add({rows, plan.samples, 4});
+  plan.workspace_bytes = w.overflow() ? std::numeric_limits<size_t>::max() : w.bytes();
   return plan;
 }
 

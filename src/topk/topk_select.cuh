@@ -10,15 +10,14 @@
 #include <limits>
 #include <type_traits>
 
-#include "core/cluster.cuh"
 #include "core/dispatch.cuh"
-#include "core/kernel_families.h"
 #include "core/launch.h"
 #include "core/launch_config.h"
-#include "core/numeric.cuh"
 #include "core/validate.h"
-#include "core/vector.cuh"
 #include "cudaops/topk.h"
+#include "device/cluster.cuh"
+#include "device/numeric.cuh"
+#include "device/vector.cuh"
 #include "topk/topk_plan.h"
 
 namespace cudaops::detail::topk {

@@ -18,7 +18,7 @@ from hypothesis import strategies as st  # noqa: E402
 import cudaops  # noqa: E402
 
 import dlpack_capsules  # noqa: E402
-from conftest import FAKE_PTR  # noqa: E402
+from conftest import FAKE_PTR, DLPackStandIn  # noqa: E402
 
 EXPECTED = (TypeError, ValueError, BufferError, OverflowError, cudaops.CudaError)
 FUZZ = settings(max_examples=300, deadline=None, derandomize=True,
@@ -214,3 +214,84 @@ def test_cuda_array_interface_seeded(seed):
             cudaops.add(CAI(random_cai(rng)), CAI(random_cai(rng)))
         except Exception as error:
             check_refusal(error, "add", ("a", "b"))
+
+
+# ---- k-means and the index: their arguments, seeded -------------------------------------------
+
+ARG_EXPECTED = EXPECTED + (NotImplementedError, OSError)
+
+
+def random_standin(rng, ndim_choices=(1, 2, 3, 4)):
+    ndim = rng.choice(ndim_choices)
+    shape = [rng.choice([0, 1, 2, 7, 8, 16, 64, 199, 513, 2**31, 2**40]) for _ in range(ndim)]
+    dtype = rng.choice(["float16", "bfloat16", "float32", "int32", "float64", "uint8"])
+    strides = None
+    if rng.random() < 0.2:
+        strides = [random_int64(rng) for _ in range(ndim)]
+    return DLPackStandIn(shape, dtype, strides=strides,
+                         ptr=rng.choice([FAKE_PTR, FAKE_PTR + 2, FAKE_PTR + 16, 0]),
+                         device=rng.choice([(2, 0), (2, 0), (1, 0), (2, 7)]))
+
+
+def random_arg(rng, good):
+    return rng.choice([good, good, random_junk(rng), random_int64(rng)])
+
+
+def check_arg_refusal(error, op):
+    assert isinstance(error, ARG_EXPECTED), f"{type(error).__name__}: {error}"
+    assert str(error).startswith(op) or str(error).startswith("cudaops"), str(error)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_kmeans_arguments_seeded(seed):
+    rng = random.Random(seed)
+    for _ in range(1500):
+        x = random_standin(rng)
+        kwargs = {}
+        if rng.random() < 0.7:
+            kwargs["n_iters"] = random_arg(rng, rng.randint(0, 20))
+        if rng.random() < 0.5:
+            kwargs["metric"] = random_arg(rng, rng.choice(["l2", "cosine"]))
+        if rng.random() < 0.3:
+            kwargs["center"] = random_arg(rng, rng.random() < 0.5)
+        if rng.random() < 0.3:
+            kwargs["init"] = rng.choice(["strided", "random", "kmeans++", random_standin(rng),
+                                         random_junk(rng)])
+        if rng.random() < 0.3:
+            kwargs["seed"] = random_arg(rng, rng.randint(0, 100))
+        try:
+            cudaops.kmeans(x, random_arg(rng, rng.choice([1, 4, 64, 2**31])), **kwargs)
+        except Exception as error:
+            check_arg_refusal(error, "kmeans")
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_ivf_build_arguments_seeded(seed):
+    rng = random.Random(seed)
+    for _ in range(1500):
+        keys = random_standin(rng, (2, 3, 3, 3))
+        values = rng.choice([None, random_standin(rng, (3,)), keys])
+        kwargs = {}
+        if rng.random() < 0.5:
+            kwargs["n_iters"] = random_arg(rng, rng.randint(0, 20))
+        if rng.random() < 0.3:
+            kwargs["global_pass"] = random_arg(rng, rng.random() < 0.5)
+        try:
+            cudaops.ivf.build_global(keys, values, random_arg(rng, rng.choice([8, 64, 4096])),
+                                     random_arg(rng, rng.choice([1, 2, 4, 16])), **kwargs)
+        except Exception as error:
+            check_arg_refusal(error, "ivf.build_global")
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_ivf_load_paths_seeded(seed, tmp_path):
+    rng = random.Random(seed)
+    junk_file = tmp_path / "junk.ivf"
+    for _ in range(300):
+        junk_file.write_bytes(bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 300))))
+        path = rng.choice([str(junk_file), bytes(junk_file), junk_file, str(tmp_path),
+                           str(tmp_path / "missing"), "", "\0", b"a\0b", random_junk(rng)])
+        try:
+            cudaops.ivf.load(path, device=rng.choice([None, 0, -1, 2**64, "x"]))
+        except Exception as error:
+            check_arg_refusal(error, "ivf.load")

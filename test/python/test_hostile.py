@@ -2,6 +2,11 @@
 Python exception that names the argument. They run without a GPU: each is refused before any
 CUDA call (or, for zero-size arrays, needs none)."""
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import pytest
 
 import cudaops
@@ -127,3 +132,59 @@ def test_jit_arguments(cai, dl, tmp_path):
             k(1, 1, jit.readonly(dl((4,), readonly=True)))
         assert "read-only" not in str(caught.value)
     assert "readonly" in repr(jit.readonly(3))
+
+
+@pytest.mark.parametrize("address", [1, 0x1000, 2**64 - 1, -1])
+def test_exchange_api_integer_on_a_producer_is_ignored(address):
+    # A DLPack producer whose __c_dlpack_exchange_api__ is an integer: the C exchange API is a
+    # capsule (DLPack 1.3), so the integer is never an address to read. Run in a child process, so
+    # that a crash fails this test instead of ending the run.
+    code = f"""
+import cudaops
+import dlpack_capsules
+class Planted:
+    __c_dlpack_exchange_api__ = {address}
+    def __dlpack_device__(self):
+        return (2, 0)
+    def __dlpack__(self, stream=None, max_version=None):
+        return dlpack_capsules.make_capsule(ptr={FAKE_PTR}, shape=[4], device_id=-3)
+try:
+    cudaops.add(Planted(), Planted())
+except (TypeError, ValueError) as e:
+    print("refused:", e)
+"""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")])
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert run.returncode == 0, (run.returncode, run.stderr)
+    assert "refused: add: a:" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("path", [b"/nonexistent/cudaops-index.ivf",
+                                  pathlib.Path("/nonexistent/cudaops-index.ivf"),
+                                  "/nonexistent/cudaops-index.ivf"])
+def test_ivf_load_takes_str_bytes_and_pathlike(path):
+    # Each spelling names the same file (before, bytes became the text "b'/...'").
+    with pytest.raises(OSError) as error:
+        cudaops.ivf.load(path)
+    assert "/nonexistent/cudaops-index.ivf" in str(error.value)
+    assert "b'" not in str(error.value)
+
+
+@pytest.mark.parametrize("path", ["/tmp/cudaops\0index.ivf", b"/tmp/cudaops\0index.ivf"])
+def test_ivf_load_refuses_an_embedded_nul(path):
+    with pytest.raises(ValueError, match=r"ivf\.load: path must not contain a NUL"):
+        cudaops.ivf.load(path)
+
+
+@pytest.mark.parametrize("path", [3, None, 1.5])
+def test_ivf_load_refuses_what_is_no_path(path):
+    with pytest.raises(TypeError, match=r"ivf\.load: path must be str, bytes or os\.PathLike"):
+        cudaops.ivf.load(path)
+
+
+@pytest.mark.parametrize("device", [2**64, 2**31, -1])
+def test_array_device_out_of_range_names_device(device):
+    with pytest.raises(ValueError, match=r"cudaops\.Array: device"):
+        cudaops.Array([4], device=device)

@@ -5,7 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
@@ -147,6 +154,74 @@ TEST_F(IvfFileTest, ShapeAndArraysMustAgree) {
   ASSERT_TRUE(io::write_array_file(path_, "kmeans", arrays, "ivf_save").ok());
   EXPECT_EQ(Load(&y).code(), StatusCode::kFileError);
 }
+
+TEST_F(IvfFileTest, EveryByteIsChecked) {
+  // A byte of the padding after an array (not under the array's checksum) changed: refused.
+  ASSERT_TRUE(write_index_file(Index(), path_, "ivf_save").ok());
+  io::ArrayFile file;
+  ASSERT_TRUE(io::ArrayFile::open(path_, "ivf", "test", &file).ok());
+  uint64_t gap = 0, last = 0;
+  for (const io::ArrayInfo& a : file.arrays())
+    last = std::max(last, a.offset);
+  for (const io::ArrayInfo& a : file.arrays()) {
+    if (a.bytes % 256 != 0 && a.offset < last) gap = a.offset + a.bytes;
+  }
+  ASSERT_NE(gap, 0u);
+  {
+    std::fstream f(path_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(gap));
+    f.put('\x5a');
+  }
+  HostIndex y;
+  EXPECT_TRUE(FailsWith(Load(&y), StatusCode::kFileError, {"ivf_load", "non-zero bytes"}));
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+TEST_F(IvfFileTest, ForgedRangesAreRefusedBeforeTheTokensAreAllocated) {
+  // Checksums right, the clusters' ranges wrong, and 128 MiB of keys and values: the ranges are
+  // refused before the tokens' memory is asked for. A child process under an address-space limit
+  // 48 MiB above what it holds shows it: allocating them first fails there.
+  IvfShape s;
+  s.heads = 1;
+  s.dim = 512;
+  s.value_dim = 512;
+  s.capacity = 65536;
+  s.max_clusters = 2;
+  s.dtype = DType::kFloat16;
+  {
+    HostIndex x;
+    ASSERT_TRUE(x.allocate(s, "test").ok());
+    x.offsets = {0, 100, 65536};
+    x.sizes = {100, 65436};
+    x.largest = 65436;
+    x.offsets[1] = 200;  // the size of cluster 0 no longer matches its range
+    ASSERT_TRUE(write_index_file(x, path_, "ivf_save").ok());
+  }
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    const rlim_t limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(::sysconf(_SC_PAGESIZE)) +
+                         (rlim_t{48} << 20);
+    const struct rlimit r = {limit, limit};
+    if (pages == 0 || ::setrlimit(RLIMIT_AS, &r) != 0) std::_Exit(3);
+    HostIndex y;
+    const Status st = read_index_file(path_, "ivf_load", &y);
+    std::_Exit(st.code() == StatusCode::kFileError &&
+                       st.message().find("range and size disagree") != std::string::npos
+                   ? 0
+                   : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+#endif
 
 }  // namespace
 }  // namespace cudaops::detail::ivf

@@ -316,6 +316,13 @@ TEST(IvfRetrieveValidation, ArgumentsAndMemory) {
   r = Retrieve();
   r.params.max_tokens = int64_t{1} << 62;
   EXPECT_TRUE(FailsWith(r.run(), StatusCode::kInvalidArgument, {"overflow"}));
+  // The size query refuses what the call refuses: blocks of 2^60 rows are sized by neither.
+  r = Retrieve();
+  r.params.max_tokens = int64_t{1} << 60;
+  size_t need = 0;
+  EXPECT_TRUE(FailsWith(ivf_retrieve_workspace_size(r.index, r.queries, r.params, &need),
+                        StatusCode::kInvalidArgument,
+                        {"ivf_retrieve_workspace_size", "params.max_tokens", "overflows"}));
   r = Retrieve();
   r.queries.n_queries = 0;  // nothing to do, nothing touched
   r.out = IvfRetrieved();

@@ -495,6 +495,33 @@ TEST(JitDiskCacheTrust, DirectoriesOthersCanWriteAreNotUsed) {
   }
 }
 
+TEST(JitDiskCacheTrust, AncestorsOthersCanRenameAreNotTrusted) {
+  // The cache's grandparent writable by others (no sticky bit): whoever can write it can rename
+  // the parent and put another directory of this user's in its place. Refused; a sticky
+  // grandparent (as /tmp) is trusted.
+  TempDir dir;
+  const Sha256::Digest key = key_for("k");
+  const std::string top = dir / "top";
+  const DiskCache cache(top + "/parent/jit", 1 << 20);
+  ASSERT_TRUE(cache.store(key, "payload").ok());
+  ASSERT_EQ(::chmod(top.c_str(), 0777), 0);
+  std::string out, why;
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kUntrusted);
+  EXPECT_NE(why.find("ancestor"), std::string::npos) << why;
+  EXPECT_NE(why.find("without the sticky bit"), std::string::npos) << why;
+  EXPECT_FALSE(cache.store(key, "payload").ok());
+  ASSERT_EQ(::chmod(top.c_str(), 01777), 0);
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kHit) << why;
+  ASSERT_EQ(::chmod(top.c_str(), 0700), 0);
+  if (::geteuid() == 0) {  // giving a directory to another user needs root
+    ASSERT_EQ(::chown(top.c_str(), 65534, 65534), 0);
+    EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kUntrusted);
+    EXPECT_NE(why.find("parent/..) owned by another user (uid 65534)"), std::string::npos) << why;
+    ASSERT_EQ(::chown(top.c_str(), 0, 0), 0);
+  }
+  EXPECT_EQ(cache.load(key, &out, &why), DiskCache::Lookup::kHit) << why;
+}
+
 TEST(JitDiskCacheTrust, OtherOwnersAreRefused) {
   if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
   TempDir dir;

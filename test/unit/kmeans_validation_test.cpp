@@ -98,5 +98,42 @@ TEST(KmeansValidation, GivenMeans) {
   EXPECT_GE(centred, plain);
 }
 
+// Sizes near 2^63: refused by checked arithmetic before any product of them (UBSan's build of
+// these tests catches a product that overflows first).
+TEST(KmeansValidation, HugeSizesDoNotOverflow) {
+  constexpr int64_t kHuge = int64_t{1} << 62;
+  size_t bytes = 0;
+  KmeansPoints p = Points();
+  p.d = kHuge;
+  EXPECT_TRUE(FailsWith(kmeans_workspace_size(p, Params(), &bytes), StatusCode::kNotSupported,
+                        {"points.d"}));
+  p = Points();
+  p.ld = kHuge;
+  EXPECT_TRUE(FailsWith(kmeans_workspace_size(p, Params(), &bytes), StatusCode::kInvalidArgument,
+                        {"points.ld", "overflows"}));
+  p = Points();
+  p.batch_stride = kHuge;
+  EXPECT_TRUE(FailsWith(kmeans_workspace_size(p, Params(), &bytes), StatusCode::kInvalidArgument,
+                        {"points.batch_stride", "overflows"}));
+  p = Points();
+  p.batch_stride = kHuge / 2 + 8;
+  EXPECT_FALSE(kmeans_workspace_size(p, Params(), &bytes).ok());
+}
+
+// Labels are int32: no more clusters than int32 can name.
+TEST(KmeansValidation, AssignClustersFitInt32) {
+  KmeansCentroids c;
+  c.data = fake(0x50000000);
+  c.dtype = DType::kFloat32;
+  c.n_clusters = int64_t{1} << 31;
+  size_t bytes = 0;
+  EXPECT_TRUE(FailsWith(kmeans_assign_workspace_size(Points(), c, KmeansMetric::kL2, &bytes),
+                        StatusCode::kInvalidArgument, {"centroids.n_clusters", "int32"}));
+  EXPECT_TRUE(FailsWith(
+      kmeans_assign(Points(), c, KmeansMetric::kL2, static_cast<int32_t*>(fake(0x20000000)),
+                    nullptr, kWorkspace, kBytes, nullptr),
+      StatusCode::kInvalidArgument, {"kmeans_assign", "centroids.n_clusters"}));
+}
+
 }  // namespace
 }  // namespace cudaops

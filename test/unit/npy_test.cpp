@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace cudaops::harness {
@@ -117,6 +119,56 @@ TEST(Npy, RefusesWhatItCannotTrust) {
   EXPECT_EQ(read_npy(TempPath("missing.npy"), &a).code(), StatusCode::kFileError);
   EXPECT_NE(read_npy(::testing::TempDir(), &a).message().find("not a regular file"),
             std::string::npos);
+}
+
+TEST(Npy, OpensOnceAndFollowsNoLink) {
+  NpyArray a;
+  a.dtype = DType::kFloat32;
+  a.shape = {3};
+  a.data.assign(12, 0x3f);
+  const std::string file = TempPath("target.npy"), link = TempPath("link.npy");
+  ASSERT_TRUE(write_npy(file, a).ok());
+  std::remove(link.c_str());
+  ASSERT_EQ(::symlink(file.c_str(), link.c_str()), 0);
+  NpyArray b;
+  const Status s = read_npy(link, &b);
+  EXPECT_EQ(s.code(), StatusCode::kFileError);
+  EXPECT_NE(s.message().find("symbolic link"), std::string::npos) << s.message();
+  std::remove(link.c_str());
+
+  // A FIFO swapped in for the file while it is read: every read returns (the file's arrays or a
+  // refusal), none blocks on the FIFO.
+  const std::string fifo = TempPath("fifo"), target = TempPath("swapped.npy");
+  std::remove(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> done{false};
+  std::thread swapper([&] {
+    const std::string tmp = target + ".tmp";
+    for (int i = 0; !done.load(); ++i) {
+      std::remove(tmp.c_str());
+      if (::link(i % 2 == 0 ? file.c_str() : fifo.c_str(), tmp.c_str()) == 0) {
+        (void)std::rename(tmp.c_str(), target.c_str());
+      }
+    }
+    std::remove(tmp.c_str());
+  });
+  int read_ok = 0, refused = 0;
+  for (int i = 0; i < 200; ++i) {
+    NpyArray c;
+    const Status r = read_npy(target, &c);
+    if (r.ok()) {
+      ++read_ok;
+      EXPECT_EQ(c.shape, a.shape);
+    } else {
+      ++refused;
+      EXPECT_EQ(r.code(), StatusCode::kFileError) << r.message();
+    }
+  }
+  done = true;
+  swapper.join();
+  EXPECT_EQ(read_ok + refused, 200);
+  for (const std::string& p : {file, fifo, target})
+    std::remove(p.c_str());
 }
 
 }  // namespace

@@ -33,6 +33,7 @@ TEST(Status, EveryCodeHasAName) {
   EXPECT_STREQ(status_code_name(StatusCode::kUnsupportedDtype), "unsupported dtype");
   EXPECT_STREQ(status_code_name(StatusCode::kWorkspaceTooSmall), "workspace too small");
   EXPECT_STREQ(status_code_name(StatusCode::kFileError), "file error");
+  EXPECT_STREQ(status_code_name(StatusCode::kOutOfMemory), "out of memory");
   EXPECT_STREQ(status_code_name(StatusCode::kNotSupported), "not supported");
   EXPECT_STREQ(status_code_name(StatusCode::kCudaError), "CUDA error");
   EXPECT_STREQ(status_code_name(static_cast<StatusCode>(99)), "unknown status");

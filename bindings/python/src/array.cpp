@@ -393,7 +393,15 @@ for example to pass as out=.
              if (device.is_none()) {
                check_cuda(cudaGetDevice(&dev), std::string(op) + ": CUDA is not available");
              } else {
-               dev = device.cast<int>();
+               // A device ordinal: an int from 0 below the device count (DeviceGuard checks the
+               // count); anything else is refused naming `device`.
+               const int64_t d = int_arg(device, op, "device");
+               if (d < 0 || d > INT32_MAX) {
+                 throw py::value_error(std::string(op) +
+                                       ": device must be a CUDA device ordinal >= 0, got " +
+                                       std::to_string(d));
+               }
+               dev = static_cast<int>(d);
              }
              checked_size(shape, op, "shape");
              DeviceGuard guard(dev, op);

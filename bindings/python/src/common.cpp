@@ -24,6 +24,9 @@ namespace cudaops::python {
     case StatusCode::kFileError:
       PyErr_SetString(PyExc_OSError, text.c_str());
       throw py::error_already_set();
+    case StatusCode::kOutOfMemory:
+      PyErr_SetString(PyExc_MemoryError, text.c_str());
+      throw py::error_already_set();
     case StatusCode::kSuccess:
       break;
   }
@@ -202,6 +205,28 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
     stride *= shape[i] > 0 ? shape[i] : 1;
   }
   return strides;
+}
+
+std::string path_arg(py::handle obj, const char* op, const char* what) {
+  py::object path;
+  try {
+    path = py::module_::import("os").attr("fspath")(obj);
+  } catch (py::error_already_set&) {
+    throw py::type_error(std::string(op) + ": " + what +
+                         " must be str, bytes or os.PathLike, not " + type_name(obj));
+  }
+  std::string bytes;
+  if (py::isinstance<py::bytes>(path)) {
+    bytes = py::cast<std::string>(path);
+  } else {
+    // os.fsencode: the file system's encoding, with surrogateescape for undecodable bytes.
+    bytes = py::cast<std::string>(py::module_::import("os").attr("fsencode")(path));
+  }
+  if (bytes.find('\0') != std::string::npos) {
+    throw py::value_error(std::string(op) + ": " + what + " must not contain a NUL character");
+  }
+  if (bytes.empty()) throw py::value_error(std::string(op) + ": " + what + " must not be empty");
+  return bytes;
 }
 
 }  // namespace cudaops::python

@@ -94,6 +94,11 @@ int64_t int_arg(py::handle obj, const char* op, const char* what);
 int iters_arg(py::handle obj, const char* op);
 
 /// Strides in elements of a C-contiguous array of `shape`.
+/// A file system path from `obj` (str, bytes or os.PathLike, through os.fspath; str encoded as
+/// os.fsencode does): TypeError for anything else, ValueError for an embedded NUL, both naming
+/// `op` and `what`.
+std::string path_arg(py::handle obj, const char* op, const char* what);
+
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 
 }  // namespace cudaops::python

@@ -24,19 +24,20 @@ const dl::ExchangeAPI* exchange_api_of(py::handle obj) {
   PyObject* t = reinterpret_cast<PyObject*>(type);
   // The table is trusted only on a type that is a DLPack producer (has __dlpack__): an attribute
   // of that name on anything else is not taken as an address to call through.
+  // The table comes only from a capsule of DLPack 1.3's name, under the attribute's name or its
+  // earlier spelling: an integer or any other object there is never taken as an address.
   const bool producer = PyObject_HasAttrString(t, "__dlpack__") != 0;
-  if (!producer) {
-    PyErr_Clear();
-  } else if (PyObject* capsule = PyObject_GetAttrString(t, "__dlpack_c_exchange_api__")) {
-    if (PyCapsule_IsValid(capsule, dl::kExchangeAPICapsule)) {
-      api = static_cast<const dl::ExchangeAPI*>(
-          PyCapsule_GetPointer(capsule, dl::kExchangeAPICapsule));
+  PyErr_Clear();
+  for (const char* name : {"__dlpack_c_exchange_api__", "__c_dlpack_exchange_api__"}) {
+    if (!producer || api != nullptr) break;
+    if (PyObject* capsule = PyObject_GetAttrString(t, name)) {
+      if (PyCapsule_IsValid(capsule, dl::kExchangeAPICapsule)) {
+        api = static_cast<const dl::ExchangeAPI*>(
+            PyCapsule_GetPointer(capsule, dl::kExchangeAPICapsule));
+      }
+      Py_DECREF(capsule);
     }
-    Py_DECREF(capsule);
-  } else if (PyObject* address =
-                 (PyErr_Clear(), PyObject_GetAttrString(t, "__c_dlpack_exchange_api__"))) {
-    if (PyLong_Check(address)) api = static_cast<const dl::ExchangeAPI*>(PyLong_AsVoidPtr(address));
-    Py_DECREF(address);
+    PyErr_Clear();
   }
   PyErr_Clear();
   // A newer major version keeps older tables on a chain.

@@ -4,8 +4,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
+
 #include "array.h"
 #include "array_import.h"
 
@@ -16,6 +20,35 @@
 namespace py = pybind11;
 
 namespace cudaops::python {
+
+namespace {
+
+struct Family {
+  const char* name;
+  Binder bind;
+};
+
+// A function-local list: the families register from their sources' static initialisers.
+std::vector<Family>& families() {
+  static std::vector<Family> list;
+  return list;
+}
+
+}  // namespace
+
+bool register_binder(const char* name, Binder bind) {
+  families().push_back({name, bind});
+  return true;
+}
+
+void bind_ops(py::module_& m) {
+  std::vector<Family> list = families();
+  std::sort(list.begin(), list.end(),
+            [](const Family& a, const Family& b) { return std::strcmp(a.name, b.name) < 0; });
+  for (const Family& family : list)
+    family.bind(m);
+}
+
 namespace {
 
 void define_module(py::module_& m) {
@@ -27,12 +60,7 @@ void define_module(py::module_& m) {
   m.attr("cuda_runtime_version") = cudaops::build_cuda_runtime_version();
 
   bind_array(m);
-  bind_elementwise(m);
-  bind_rowwise(m);
-  bind_jit(m);
-  bind_topk(m);
-  bind_kmeans(m);
-  bind_ivf(m);
+  bind_ops(m);
 
   m.def("_set_fast_paths", &set_fast_paths, py::arg("enabled"),
         "Read torch tensors and cudaops.Array directly (True, the default) or only through "

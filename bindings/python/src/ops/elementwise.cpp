@@ -49,8 +49,6 @@ py::object add_scalar(py::handle a, double alpha, py::handle out, py::handle str
   return ctx.finish(out, a);
 }
 
-}  // namespace
-
 void bind_elementwise(py::module_& m) {
   m.def("add", &add, py::arg("a"), py::arg("b"), py::kw_only(), py::arg("out") = py::none(),
         py::arg("stream") = py::none(),
@@ -64,5 +62,9 @@ int handle, or a stream object (torch, CuPy, CUDA Python).)doc");
         py::arg("out") = py::none(), py::arg("stream") = py::none(),
         R"doc(a + alpha, elementwise; alpha is taken as float32. Arguments as for add().)doc");
 }
+
+}  // namespace
+
+CUDAOPS_PYTHON_OPS("elementwise", bind_elementwise);
 
 }  // namespace cudaops::python

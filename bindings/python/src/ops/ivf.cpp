@@ -240,7 +240,7 @@ class PyIndex {
   }
 
   void save(py::handle path) const {
-    const std::string file = py::str(py::module_::import("os").attr("fspath")(path));
+    const std::string file = path_arg(path, "Index.save", "path");
     DeviceGuard guard(device, "Index.save");
     py::cast<const Array&>(buffer).order_before(cudaStreamLegacy);
     Status status;
@@ -254,7 +254,7 @@ class PyIndex {
 
 PyIndex load(py::handle path, py::handle device_obj) {
   constexpr const char* kOp = "ivf.load";
-  const std::string file = py::str(py::module_::import("os").attr("fspath")(path));
+  const std::string file = path_arg(path, kOp, "path");
   IvfShape shape;
   check(ivf_saved_shape(file.c_str(), &shape));  // the file's header and table, checked
   int device = 0;
@@ -356,8 +356,6 @@ PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_o
   return out;
 }
 
-}  // namespace
-
 void bind_ivf(py::module_& m) {
   py::class_<PyIndex>(m, "IvfIndex", R"doc(An IVF-Flat index over attention keys (and values),
 every kv head in one buffer of the device that built it (cudaops.ivf.build_global).)doc")
@@ -392,8 +390,9 @@ a token and is read from the device once per build or extension.)doc")
 index of keys alone) as a segment of their own, clustered into n_clusters new clusters by
 spherical k-means centred by each head's mean as built; their positions continue the index's.
 The index must have room (build_global's capacity and max_clusters): nothing is reallocated.)doc")
-      .def("save", &PyIndex::save, py::arg("path"),
-           R"doc(Writes the index to `path` (str or os.PathLike): its tokens and clusters as a
+      .def(
+          "save", &PyIndex::save, py::arg("path"),
+          R"doc(Writes the index to `path` (str, bytes or os.PathLike): its tokens and clusters as a
 versioned file of named arrays with a CRC-32 each, written to a temporary file renamed into place.
 Waits for the index's work.)doc")
       .def_property_readonly("n_clusters",
@@ -436,5 +435,9 @@ ties; turn it off for keys with no structure, where little is skipped). capacity
 built) reserve room per head for Index.extend. Runs on `stream`, ordered after the inputs'
 producers.)doc");
 }
+
+}  // namespace
+
+CUDAOPS_PYTHON_OPS("ivf", bind_ivf);
 
 }  // namespace cudaops::python

@@ -166,8 +166,6 @@ py::object cache_source(const jit::Kernel& kernel) {
   return py::none();
 }
 
-}  // namespace
-
 void bind_jit(py::module_& m) {
   py::class_<jit::Kernel>(m, "JitKernel", R"doc(A kernel compiled by cudaops.jit.compile().
 
@@ -267,5 +265,9 @@ their producers, like every op.)doc")
     return text;
   });
 }
+
+}  // namespace
+
+CUDAOPS_PYTHON_OPS("jit", bind_jit);
 
 }  // namespace cudaops::python

@@ -148,8 +148,6 @@ py::object kmeans(py::handle x, py::handle n_clusters_obj, py::handle n_iters_ob
   return py::make_tuple(ctx.take_result(0, x), ctx.take_result(1, x), ctx.take_result(2, x));
 }
 
-}  // namespace
-
 void bind_kmeans(py::module_& m) {
   m.def(
       "kmeans", &kmeans, py::arg("x"), py::arg("n_clusters"), py::arg("n_iters") = 10,
@@ -170,5 +168,9 @@ Returns (centroids [..., n_clusters, d] float32 (init's dtype when given), label
 sizes [..., n_clusters] int32), of x's kind; the labels are those of the returned centroids. The
 same call gives the same bits every time. Runs on `stream`, ordered after x's producer.)doc");
 }
+
+}  // namespace
+
+CUDAOPS_PYTHON_OPS("kmeans", bind_kmeans);
 
 }  // namespace cudaops::python

@@ -256,8 +256,6 @@ py::object norm_backward(bool layer, py::handle dy, py::handle x, py::handle wei
   return py::make_tuple(ctx.take_result(0, dy), ctx.take_result(1, dy));
 }
 
-}  // namespace
-
 void bind_rowwise(py::module_& m) {
   m.def("softmax", &softmax, py::arg("x"), py::kw_only(), py::arg("out") = py::none(),
         py::arg("stream") = py::none(),
@@ -304,5 +302,9 @@ With return_rstd=True, returns (y, rstd), rstd float32 with x's leading shape.)d
         R"doc(In place, as in a transformer block: residual += x (rounded to the dtype), then
 x = rms_norm(residual) * weight. Returns (x, residual), the arrays given.)doc");
 }
+
+}  // namespace
+
+CUDAOPS_PYTHON_OPS("rowwise", bind_rowwise);
 
 }  // namespace cudaops::python

@@ -50,8 +50,6 @@ py::object topk(py::handle x, py::handle k_obj, bool largest, bool sorted, py::h
   return py::make_tuple(ctx.take_result(0, x), ctx.take_result(1, x));
 }
 
-}  // namespace
-
 void bind_topk(py::module_& m) {
   m.def("topk", &topk, py::arg("x"), py::arg("k"), py::kw_only(), py::arg("largest") = true,
         py::arg("sorted") = true, py::arg("index_dtype") = "int64", py::arg("stream") = py::none(),
@@ -66,5 +64,9 @@ Order: NaN ranks above every number (as in torch.topk), -0.0 below +0.0, and equ
 the lower index first, so the result is unique. sorted=True: in rank order (descending for
 largest); sorted=False: in ascending index order. Runs on `stream`, ordered after x's producer.)doc");
 }
+
+}  // namespace
+
+CUDAOPS_PYTHON_OPS("topk", bind_topk);
 
 }  // namespace cudaops::python

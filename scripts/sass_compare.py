@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Compares the SASS of two builds of the library, kernel by kernel.
+
+    cuobjdump -sass OLD/libcudaops.so > old.sass
+    cuobjdump -sass NEW/libcudaops.so > new.sass
+    scripts/sass_compare.py old.sass new.sass     # exit 1 if any kernel differs
+
+A change of layout (files moved, renamed, split) must leave every kernel's machine code as it was.
+Two things change with a file's name and are ignored: the anonymous namespace's name in mangled
+names (it carries a hash of the translation unit) and the instructions' addresses. A kernel
+present in one build only, or with other instructions, is listed.
+"""
+
+import re
+import sys
+
+# _GLOBAL__N__<8 hex>_<len>_<file>_cu_<8 hex>[_NNNN], with its own length prefix.
+ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]{8}_\d+_[A-Za-z0-9_]+?_cu_[0-9a-f]{8}(_\d{4})?")
+ADDRESS = re.compile(r"/\*[0-9a-f]{4,}\*/")
+FUNCTION = re.compile(r"\s*Function : (\S+)")
+
+
+def kernels(path):
+    """{normalised name: [instruction text of each copy]} of a cuobjdump -sass listing."""
+    found, name, lines = {}, None, []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = FUNCTION.match(line)
+            if m:
+                if name is not None:
+                    found.setdefault(name, []).append("".join(lines))
+                name, lines = ANON.sub("ANON", m.group(1)), []
+            elif name is not None:
+                lines.append(ANON.sub("ANON", ADDRESS.sub("", line)))
+    if name is not None:
+        found.setdefault(name, []).append("".join(lines))
+    return found
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    old, new = kernels(sys.argv[1]), kernels(sys.argv[2])
+    count = sum(len(v) for v in old.values())
+    print(f"kernels: {count} before, {sum(len(v) for v in new.values())} after")
+    only_old, only_new = sorted(set(old) - set(new)), sorted(set(new) - set(old))
+    differ = sorted(n for n in set(old) & set(new) if sorted(old[n]) != sorted(new[n]))
+    for n in only_old:
+        print("  only before:", n)
+    for n in only_new:
+        print("  only after: ", n)
+    for n in differ:
+        print("  differs:    ", n)
+    print(f"{len(differ)} differ, {len(only_old)} only before, {len(only_new)} only after")
+    return 1 if differ or only_old or only_new else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
