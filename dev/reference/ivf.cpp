@@ -317,4 +317,110 @@ IvfSearchReference exact_search(const HostArray& keys, const HostArray& queries,
                      });
 }
 
+namespace {
+
+/// A softmax folded item by item in double: items of weight w (tokens 1, a cluster its size) and
+/// value sum (a token's value, a cluster's value sum).
+struct Softmax {
+  double m = -std::numeric_limits<double>::infinity(), l = 0.0;
+  std::vector<double> acc;
+  explicit Softmax(int64_t dv) : acc(static_cast<size_t>(dv), 0.0) {}
+  void add(double score, double weight, const double* value_sum) {
+    const double m_new = std::max(m, score);
+    const double keep = m == -std::numeric_limits<double>::infinity() ? 0.0 : std::exp(m - m_new);
+    const double p = std::exp(score - m_new);
+    l = l * keep + weight * p;
+    for (size_t e = 0; e < acc.size(); ++e)
+      acc[e] = acc[e] * keep + p * value_sum[e];
+    m = m_new;
+  }
+  void finish(double* out, double* lse) const {
+    for (size_t e = 0; e < acc.size(); ++e)
+      out[e] = l > 0.0 ? acc[e] / l : 0.0;
+    *lse = l > 0.0 ? m + std::log(l) : -std::numeric_limits<double>::infinity();
+  }
+};
+
+double dot_row(const HostArray& a, int64_t ai, const HostArray& b, int64_t bi, int64_t d) {
+  double s = 0.0;
+  for (int64_t e = 0; e < d; ++e)
+    s += a.get(ai + e) * b.get(bi + e);
+  return s;
+}
+
+}  // namespace
+
+void ivf_attention(const IvfAttentionIndex& index, const HostArray& queries, int64_t q_heads,
+                   int64_t n_queries, const IvfAttentionZones& zones, bool group,
+                   const HostArray& extra_keys, const HostArray& extra_values, int64_t extra_tokens,
+                   double scale, std::vector<double>* out, std::vector<double>* lse) {
+  const int64_t H = index.heads, C = index.clusters, D = index.dim, Dv = index.value_dim;
+  const int64_t S = index.tokens, q_group = q_heads / H;
+  out->assign(static_cast<size_t>(q_heads * n_queries * Dv), 0.0);
+  lse->assign(static_cast<size_t>(q_heads * n_queries), 0.0);
+  std::vector<double> value(static_cast<size_t>(Dv));
+  for (int64_t g = 0; g < q_heads; ++g) {
+    const int64_t h = g / q_group;
+    for (int64_t q = 0; q < n_queries; ++q) {
+      const int64_t row = group ? h * n_queries + q : g * n_queries + q;
+      const int64_t qi = (g * n_queries + q) * D;
+      Softmax sm(Dv);
+      std::vector<uint8_t> exact(static_cast<size_t>(C), 0);
+      for (int64_t p = 0; p < zones.n_exact; ++p) {
+        const int32_t c = zones.exact[static_cast<size_t>(row * zones.n_exact + p)];
+        if (c < 0) continue;
+        exact[static_cast<size_t>(c)] = 1;
+        const int64_t* off = &index.offsets[static_cast<size_t>(h * (C + 1))];
+        for (int64_t t = off[c]; t < off[c + 1]; ++t) {
+          for (int64_t e = 0; e < Dv; ++e)
+            value[e] = index.values.get((h * S + t) * Dv + e);
+          sm.add(scale * dot_row(queries, qi, index.keys, (h * S + t) * D, D), 1.0, value.data());
+        }
+      }
+      for (int64_t p = 0; p < zones.n_wide; ++p) {
+        const int32_t c = zones.wide[static_cast<size_t>(row * zones.n_wide + p)];
+        if (c < 0 || exact[static_cast<size_t>(c)] != 0) continue;
+        const int64_t* off = &index.offsets[static_cast<size_t>(h * (C + 1))];
+        const int64_t n = off[c + 1] - off[c];
+        if (n <= 0) continue;
+        const double* sums = &index.value_sums[static_cast<size_t>((h * C + c) * Dv)];
+        sm.add(scale * dot_row(queries, qi, index.key_means, (h * C + c) * D, D),
+               static_cast<double>(n), sums);
+      }
+      for (int64_t t = 0; t < extra_tokens; ++t) {
+        for (int64_t e = 0; e < Dv; ++e)
+          value[e] = extra_values.get((h * extra_tokens + t) * Dv + e);
+        sm.add(scale * dot_row(queries, qi, extra_keys, (h * extra_tokens + t) * D, D), 1.0,
+               value.data());
+      }
+      sm.finish(&(*out)[static_cast<size_t>((g * n_queries + q) * Dv)],
+                &(*lse)[static_cast<size_t>(g * n_queries + q)]);
+    }
+  }
+}
+
+void full_attention(const HostArray& keys, const HostArray& values, int64_t heads, int64_t seq,
+                    int64_t dim, int64_t value_dim, const HostArray& queries, int64_t q_heads,
+                    int64_t n_queries, double scale, std::vector<double>* out,
+                    std::vector<double>* lse) {
+  const int64_t q_group = q_heads / heads;
+  out->assign(static_cast<size_t>(q_heads * n_queries * value_dim), 0.0);
+  lse->assign(static_cast<size_t>(q_heads * n_queries), 0.0);
+  std::vector<double> value(static_cast<size_t>(value_dim));
+  for (int64_t g = 0; g < q_heads; ++g) {
+    const int64_t h = g / q_group;
+    for (int64_t q = 0; q < n_queries; ++q) {
+      Softmax sm(value_dim);
+      for (int64_t t = 0; t < seq; ++t) {
+        for (int64_t e = 0; e < value_dim; ++e)
+          value[e] = values.get((h * seq + t) * value_dim + e);
+        sm.add(scale * dot_row(queries, (g * n_queries + q) * dim, keys, (h * seq + t) * dim, dim),
+               1.0, value.data());
+      }
+      sm.finish(&(*out)[static_cast<size_t>((g * n_queries + q) * value_dim)],
+                &(*lse)[static_cast<size_t>(g * n_queries + q)]);
+    }
+  }
+}
+
 }  // namespace cudaops::ref

@@ -65,6 +65,39 @@ IvfSearchReference ivf_search(const IvfIndexReference& index, const HostArray& k
                               const HostArray& queries, int64_t q_heads, int64_t n_queries,
                               int64_t k, int64_t n_probe);
 
+/// What the decode attention reads of an index, as the index holds it (in cluster order).
+struct IvfAttentionIndex {
+  int64_t heads = 0, tokens = 0, clusters = 0, dim = 0, value_dim = 0;
+  std::vector<int64_t> offsets;    ///< [H, C + 1]
+  HostArray keys;                  ///< [H, tokens, D] in cluster order
+  HostArray values;                ///< [H, tokens, Dv]
+  HostArray key_means;             ///< [H, C, D] each cluster's mean key as the index holds it
+  std::vector<double> value_sums;  ///< [H, C, Dv]
+};
+
+/// The zones of each row (rows: (kv head, query) with `group`, else (query head, query)):
+/// `exact` [rows, n_exact] and, unless empty, `wide` [rows, n_wide], the exact and estimated
+/// zones together; -1 past the non-empty clusters.
+struct IvfAttentionZones {
+  int64_t n_exact = 0, n_wide = 0;
+  std::vector<int32_t> exact, wide;
+};
+
+/// The decode attention of docs/ivf.md over those zones, in double: out [Hq, Q, Dv] and lse
+/// [Hq, Q] (natural log of the denominator plus the maximum; -inf where nothing is attended).
+/// extra_keys [H, X, D] and extra_values [H, X, Dv] (X = extra_tokens, may be 0).
+void ivf_attention(const IvfAttentionIndex& index, const HostArray& queries, int64_t q_heads,
+                   int64_t n_queries, const IvfAttentionZones& zones, bool group,
+                   const HostArray& extra_keys, const HostArray& extra_values, int64_t extra_tokens,
+                   double scale, std::vector<double>* out, std::vector<double>* lse);
+
+/// Exact attention of queries [Hq, Q, D] over all S keys [H, S, D] and values [H, S, Dv] of
+/// their kv heads (query head g reads kv head g / (Hq / H)), in double: out and lse as above.
+void full_attention(const HostArray& keys, const HostArray& values, int64_t heads, int64_t seq,
+                    int64_t dim, int64_t value_dim, const HostArray& queries, int64_t q_heads,
+                    int64_t n_queries, double scale, std::vector<double>* out,
+                    std::vector<double>* lse);
+
 /// The k best tokens of all S, as ivf_search ranks them.
 IvfSearchReference exact_search(const HostArray& keys, const HostArray& queries,
                                 const IvfShape& shape, int64_t q_heads, int64_t n_queries,

@@ -52,8 +52,11 @@ struct IvfLayout {
   size_t keys = 0;          ///< [H, capacity, D] the keys in cluster order
   size_t values = 0;        ///< [H, capacity, value_dim] the values in cluster order
   size_t value_sums = 0;    ///< [H, max_clusters, value_dim] float32
-  size_t largest = 0;       ///< [1] int32: the largest cluster's size over every head
-  size_t bytes = 0;         ///< the buffer's size
+  /// [H, max_clusters, D] each cluster's mean key (original coordinates) in the keys' dtype: what
+  /// the decode attention's estimate scores a cluster by (zero for an empty cluster)
+  size_t key_means = 0;
+  size_t largest = 0;  ///< [1] int32: the largest cluster's size over every head
+  size_t bytes = 0;    ///< the buffer's size
 };
 
 /// An index: the buffer and what it holds. `tokens` and `n_clusters` are set by ivf_build.
@@ -212,6 +215,51 @@ CUDAOPS_EXPORT Status ivf_retrieve_workspace_size(const IvfIndex& index, const I
 CUDAOPS_EXPORT Status ivf_retrieve(const IvfIndex& index, const IvfQueries& queries,
                                    const IvfRetrieveParams& params, const IvfRetrieved& out,
                                    void* d_workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// Decode attention over the index (docs/ivf.md): for query head g of kv head h and a query q,
+// softmax(scale * q . k) v over
+// - the exact zone: every token of the n_probe clusters ranked best (as ivf_clusters ranks them:
+//   with `group`, per (kv head, query) over the query group; else per query head), each scored with
+//   its key as the index holds it, plus the caller's extra tokens of kv head h (attention sinks,
+//   recent tokens not yet indexed);
+// - the estimated zone: the next n_estimate clusters of the same ranking, each standing for its
+//   n_c tokens with one score scale * q . kbar_c (its mean key, in the keys' dtype) and its value
+//   sum V_c: the numerator gains exp(score_c - m) * V_c, the denominator n_c * exp(score_c - m).
+// Every other cluster is left out. n_probe = every cluster with n_estimate = 0 is exact attention
+// over the index and the extras; clusters of one token make the estimate exact. float32
+// arithmetic, the same bits every run, nothing allocated, no host synchronisation: a decoding
+// loop (with ivf_extend) can be captured in a CUDA graph.
+
+/// How to attend.
+struct IvfAttentionParams {
+  int64_t n_probe = 0;     ///< clusters attended exactly per row, 1 to the index's n_clusters
+  int64_t n_estimate = 0;  ///< the next clusters, estimated; n_probe + n_estimate <= n_clusters
+  float scale = 0.0f;      ///< of q . k, > 0; 0: 1 / sqrt(D)
+  bool group = true;       ///< zones per (kv head, query) over the query group; else per head
+};
+
+/// Tokens attended exactly besides the index's, per kv head: keys [H, tokens, D] and values
+/// [H, tokens, value_dim] in the index's dtype, row-major, 16-byte aligned; tokens may be 0.
+struct IvfExtra {
+  const void* keys = nullptr;
+  const void* values = nullptr;
+  int64_t tokens = 0;
+};
+
+/// Bytes of workspace ivf_attention needs (no device needed).
+CUDAOPS_EXPORT Status ivf_attention_workspace_size(const IvfIndex& index, const IvfQueries& queries,
+                                                   const IvfAttentionParams& params,
+                                                   const IvfExtra& extra, size_t* bytes);
+
+/// The attention of every query over the index (see above): d_out [Hq, Q, value_dim] in the
+/// index's dtype and, unless null, d_lse [Hq, Q] float32, the natural log of the softmax's
+/// denominator (with the scores' maximum added back), so that partial attentions merge exactly
+/// (attention_merge); -inf with a zero output where nothing was attended. The index must hold
+/// values. The workspace: ivf_attention_workspace_size bytes, 256-byte aligned.
+CUDAOPS_EXPORT Status ivf_attention(const IvfIndex& index, const IvfQueries& queries,
+                                    const IvfAttentionParams& params, const IvfExtra& extra,
+                                    void* d_out, float* d_lse, void* d_workspace,
+                                    size_t workspace_bytes, cudaStream_t stream);
 
 // Files: an index's held part (its tokens and clusters, not its spare capacity) as a file of
 // named arrays (docs/ivf.md): magic bytes, a major.minor version, a byte-order mark, each array's

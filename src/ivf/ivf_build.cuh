@@ -19,6 +19,7 @@
 #include "device/cluster.cuh"
 #include "device/vector.cuh"
 #include "engine/kmeans_update.cuh"
+#include "ivf/ivf_means.cuh"
 #include "ivf/ivf_plan.h"
 
 namespace cudaops::detail::ivf {
@@ -646,8 +647,13 @@ Status launch_build(const BuildCall& call, cudaStream_t stream) {
       e != cudaSuccess) {
     return cuda_status(e, kOp, "clearing the largest cluster's size");
   }
-  return write_index<T>(call.index, ix, place, d, static_cast<int>(s.value_dim), centroids, labels,
-                        counts, starts, perm, keys, static_cast<const T*>(call.values), stream);
+  if (Status st =
+          write_index<T>(call.index, ix, place, d, static_cast<int>(s.value_dim), centroids, labels,
+                         counts, starts, perm, keys, static_cast<const T*>(call.values), stream);
+      !st.ok()) {
+    return st;
+  }
+  return launch_key_means<T>(kOp, s, call.index, ix, 0, call.n_clusters, stream);
 }
 
 template <typename T>
@@ -695,13 +701,20 @@ Status launch_extend(const ExtendCall& call, cudaStream_t stream) {
       return st;
     }
   }
-  return write_index<T>(call.index, ix, place, static_cast<int>(s.dim),
-                        static_cast<int>(s.value_dim), centroids, labels, counts, starts, perm,
-                        keys, static_cast<const T*>(call.values), stream);
+  if (Status st = write_index<T>(call.index, ix, place, static_cast<int>(s.dim),
+                                 static_cast<int>(s.value_dim), centroids, labels, counts, starts,
+                                 perm, keys, static_cast<const T*>(call.values), stream);
+      !st.ok()) {
+    return st;
+  }
+  return launch_key_means<T>("ivf_extend", s, call.index, ix, call.n_clusters, call.n_new, stream);
 }
 
-#define CUDAOPS_IVF_INSTANTIATE(T)                                             \
-  template Status launch_build<T>(const BuildCall& call, cudaStream_t stream); \
-  template Status launch_extend<T>(const ExtendCall& call, cudaStream_t stream);
+#define CUDAOPS_IVF_INSTANTIATE(T)                                                               \
+  template Status launch_build<T>(const BuildCall& call, cudaStream_t stream);                   \
+  template Status launch_extend<T>(const ExtendCall& call, cudaStream_t stream);                 \
+  template Status launch_key_means<T>(const char* op, const IvfShape& s, const IvfLayout& index, \
+                                      unsigned char* buffer, int64_t first, int64_t count,       \
+                                      cudaStream_t stream);
 
 }  // namespace cudaops::detail::ivf

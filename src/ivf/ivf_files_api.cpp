@@ -1,5 +1,8 @@
 // The IVF index's files: ivf_save copies the held part of an index to the host and writes it,
 // ivf_load reads a checked file (ivf_file.h) into an index's buffer.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <new>
@@ -160,7 +163,17 @@ Status load(const char* path, IvfIndex* index, cudaStream_t stream) {
       e = detail::ivf::copy_rows(base + r.offset, r.pitch, r.src, r.width, r.width, h, up, stream);
     }
   }
-  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);  // the host copies go out of scope
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return detail::cuda_status(e, kOp, "copying the index to the device");
+  }
+  // The clusters' mean keys are not in the file: computed again from the keys just copied.
+  const Status means =
+      s.dtype == DType::kFloat16
+          ? detail::ivf::launch_key_means<__half>(kOp, s, l, base, 0, c, stream)
+          : detail::ivf::launch_key_means<__nv_bfloat16>(kOp, s, l, base, 0, c, stream);
+  e = cudaStreamSynchronize(stream);  // the host copies go out of scope
+  if (!means.ok()) return means;
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return detail::cuda_status(e, kOp, "copying the index to the device");

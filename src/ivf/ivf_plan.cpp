@@ -3,6 +3,7 @@
 #include "ivf/ivf_plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -79,6 +80,7 @@ Status layout_of(const char* op, const IvfShape& s, IvfLayout* l) {
   l->keys = p.add({s.heads, s.capacity, s.dim, e});
   l->values = p.add({s.heads, s.capacity, s.value_dim, e});
   l->value_sums = p.add({s.heads, s.max_clusters, s.value_dim, 4});
+  l->key_means = p.add({s.heads, s.max_clusters, s.dim, e});
   l->largest = p.add({4});
   l->bytes = p.bytes();
   if (p.overflow()) return invalid(op, "the index's size overflows");
@@ -282,6 +284,61 @@ Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& qu
   l->bytes = p.bytes();
   if (p.overflow()) return invalid(op, "the workspace size overflows");
   *max_candidates = m;
+  return Status();
+}
+
+Status attention_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
+                        const IvfAttentionParams& params, const IvfExtra& extra,
+                        AttentionLayout* l) {
+  const IvfShape& s = index.shape;
+  int64_t query_rows = 0;
+  if (Status st = check_query_call(op, index, queries, "params.n_probe", params.n_probe, &l->index,
+                                   &query_rows);
+      !st.ok()) {
+    return st;
+  }
+  if (params.n_estimate < 0 || params.n_estimate > index.n_clusters - params.n_probe) {
+    return invalid(op, "params.n_estimate must be from 0 to the index's clusters less n_probe (" +
+                           std::to_string(index.n_clusters - params.n_probe) + "), got " +
+                           std::to_string(params.n_estimate));
+  }
+  if (!(params.scale >= 0.0f) || std::isinf(params.scale)) {
+    return invalid(op, "params.scale must be finite and > 0 (0: 1 / sqrt(dim)), got " +
+                           std::to_string(params.scale));
+  }
+  if (s.value_dim == 0) return invalid(op, "the index holds no values to attend to");
+  if (extra.tokens < 0 || extra.tokens > std::numeric_limits<int32_t>::max()) {
+    return invalid(op,
+                   "extra.tokens must be from 0 to 2^31 - 1, got " + std::to_string(extra.tokens));
+  }
+  const int64_t q_group = s.heads > 0 ? queries.q_heads / s.heads : 0;
+  l->rows = params.group ? s.heads * queries.n_queries : query_rows;
+  l->row_heads = params.group ? q_group : 1;
+  const int64_t head_blocks = (l->row_heads + kAttentionHeads - 1) / kAttentionHeads;
+  const int64_t row_blocks = std::max<int64_t>(l->rows * head_blocks, 1);
+  l->splits = std::clamp<int64_t>((kAttentionTargetBlocks + row_blocks - 1) / row_blocks, 1,
+                                  kAttentionMaxSplits);
+  const int64_t wide = params.n_probe + params.n_estimate;
+  WorkspaceCarver p;
+  l->cluster_scores = p.add({query_rows, index.n_clusters, 4});
+  if (params.group) {
+    l->stats = p.add({query_rows, 2, 4});
+    l->group_scores = p.add({l->rows, index.n_clusters, 4});
+  }
+  l->probes = p.add({l->rows, params.n_probe, 4});
+  l->starts = p.add({l->rows, params.n_probe, 8});
+  l->places = p.add({l->rows, params.n_probe + 1, 8});
+  l->lengths = p.add({l->rows, 8});
+  if (params.n_estimate > 0) {
+    l->wide_probes = p.add({l->rows, wide, 4});
+    l->wide_starts = p.add({l->rows, wide, 8});
+    l->wide_places = p.add({l->rows, wide + 1, 8});
+    l->wide_lengths = p.add({l->rows, 8});
+  }
+  l->partial_ml = p.add({l->rows, l->row_heads, l->splits, 2, 4});
+  l->partial_acc = p.add({l->rows, l->row_heads, l->splits, s.value_dim, 4});
+  l->bytes = p.bytes();
+  if (p.overflow()) return invalid(op, "the workspace size overflows");
   return Status();
 }
 

@@ -111,6 +111,12 @@ KmeansParams segment_params(int64_t per_segment, int n_iters, const float* means
 template <typename T>
 Status launch_build(const BuildCall& call, cudaStream_t stream);
 
+/// Each cluster's mean key (index.key_means) of clusters [first, first + count) of every head,
+/// from the keys in cluster order (ivf_means.cuh): after a build, an extension or a load.
+template <typename T>
+Status launch_key_means(const char* op, const IvfShape& s, const IvfLayout& index,
+                        unsigned char* buffer, int64_t first, int64_t count, cudaStream_t stream);
+
 /// The workspace of an extension (byte offsets, each 256-byte aligned); T new tokens per head
 /// into c new clusters.
 struct ExtendLayout {
@@ -205,6 +211,51 @@ struct ProbeCall : QueryCall {
 template <typename T>
 Status launch_probe(const ProbeCall& call, cudaStream_t stream);
 
+/// Query heads of a row one block of the decode attention takes (sharing each key and value load).
+inline constexpr int64_t kAttentionHeads = 4;
+/// Blocks the decode attention's split aims for (about two per SM of an H100); each row's work is
+/// split evenly over ceil(this / row blocks) blocks, at most kAttentionMaxSplits.
+inline constexpr int64_t kAttentionTargetBlocks = 264;
+inline constexpr int64_t kAttentionMaxSplits = 64;
+
+/// The workspace of a decode attention (byte offsets, each 256-byte aligned); Rq = Hq * Q query
+/// rows, R = H * Q rows with `group` (each of the group's Hq / H heads), else Rq (one head each).
+struct AttentionLayout {
+  IvfLayout index;
+  int64_t rows = 0;           // R
+  int64_t row_heads = 0;      // query heads a row holds
+  int64_t splits = 0;         // blocks of a row's work (and of its heads' parts)
+  size_t cluster_scores = 0;  // [Rq, C] float32
+  size_t stats = 0;           // [Rq, 2] (group)
+  size_t group_scores = 0;    // [R, C] (group)
+  size_t probes = 0;          // [R, n_probe] int32: the exact zone
+  size_t starts = 0;          // [R, n_probe] int64
+  size_t places = 0;          // [R, n_probe + 1] int64
+  size_t lengths = 0;         // [R] int64
+  size_t wide_probes = 0;     // [R, n_probe + n_estimate] int32: both zones (n_estimate > 0)
+  size_t wide_starts = 0;     // as starts, places and lengths, of both zones
+  size_t wide_places = 0;
+  size_t wide_lengths = 0;
+  size_t partial_ml = 0;   // [R, row_heads, splits, 2] float32
+  size_t partial_acc = 0;  // [R, row_heads, splits, Dv] float32
+  size_t bytes = 0;
+};
+
+struct AttentionCall : QueryCall {
+  int64_t tokens = 0;  // held per head
+  int64_t n_probe = 0;
+  int64_t n_estimate = 0;
+  float scale = 0.0f;
+  bool group = true;
+  IvfExtra extra;
+  void* out = nullptr;   // [Hq, Q, Dv] in the index's dtype
+  float* lse = nullptr;  // [Hq, Q] or null
+  AttentionLayout layout;
+};
+
+template <typename T>
+Status launch_attention(const AttentionCall& call, cudaStream_t stream);
+
 // ---- the argument checks and layouts of the entry points (ivf_plan.cpp); each returns a status
 // naming `op` and the argument.
 Status invalid(const char* op, const std::string& text);
@@ -223,6 +274,10 @@ Status extend_layout(const char* op, const IvfIndex& index, const IvfInput& inpu
 /// The search's sizes: every argument but the memory checked, the workspace laid out.
 Status search_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
                      const IvfSearchParams& params, int64_t* max_candidates, SearchLayout* l);
+/// The sizes of a decode attention: every argument but the memory checked, the workspace laid out.
+Status attention_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,
+                        const IvfAttentionParams& params, const IvfExtra& extra,
+                        AttentionLayout* l);
 /// The sizes of ivf_clusters (max_tokens 0) or ivf_retrieve: every argument but the memory
 /// checked, the workspace laid out; *rows the result's rows.
 Status probe_layout(const char* op, const IvfIndex& index, const IvfQueries& queries,

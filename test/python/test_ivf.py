@@ -201,3 +201,66 @@ def test_extend_appends_a_segment():
     want = exact.topk(20, dim=-1).values
     assert torch.allclose(scores.double(), want, rtol=1e-4, atol=1e-3)
     assert bool((ids >= 1000).any()), "the new tokens are found"
+
+
+def _attention_torch(torch, keys, values, queries, scale):
+    """Exact attention in float64 of queries [Hq, Q, D] over keys/values [H, S, *] (GQA)."""
+    group = queries.shape[0] // keys.shape[0]
+    k = keys.double().repeat_interleave(group, dim=0)
+    v = values.double().repeat_interleave(group, dim=0)
+    logits = torch.einsum("gqd,gtd->gqt", queries.double(), k) * scale
+    lse = torch.logsumexp(logits, dim=-1)
+    return torch.einsum("gqt,gtd->gqd", torch.softmax(logits, dim=-1), v), lse
+
+
+@requires_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_attention_every_cluster_is_full_attention(dtype):
+    torch, keys, values, index, queries = _index_and_queries(dtype, 5)
+    extra_k = torch.randn(HEADS, 3, DIM, device="cuda").to(keys.dtype)
+    extra_v = torch.randn(HEADS, 3, 32, device="cuda").to(keys.dtype)
+    o, lse = index.attention(queries, CLUSTERS, 0, extra_keys=extra_k, extra_values=extra_v,
+                             return_lse=True)
+    assert isinstance(o, torch.Tensor) and o.dtype == keys.dtype and o.shape == (Q_HEADS, Q, 32)
+    assert lse.dtype == torch.float32 and lse.shape == (Q_HEADS, Q)
+    want, want_lse = _attention_torch(torch, torch.cat([keys, extra_k], 1),
+                                      torch.cat([values, extra_v], 1), queries, DIM ** -0.5)
+    err = (o.double() - want).norm(dim=-1) / want.norm(dim=-1)
+    bound = 2e-3 if dtype == "bfloat16" else 1e-3
+    assert float(err.max()) <= bound
+    assert torch.allclose(lse.double(), want_lse, rtol=bound, atol=bound)
+    # out= writes in place; the same bits every run.
+    out = torch.empty_like(o)
+    assert index.attention(queries, CLUSTERS, 0, extra_keys=extra_k, extra_values=extra_v,
+                           out=out) is out
+    assert torch.equal(out, o)
+
+
+@requires_gpu
+def test_attention_estimate_and_arguments():
+    torch, keys, values, index, queries = _index_and_queries("float16", 6)
+    exact_only = index.attention(queries, 5)
+    with_estimate = index.attention(queries, 5, 20)
+    want, _ = _attention_torch(torch, keys, values, queries, DIM ** -0.5)
+    e0 = float(((exact_only.double() - want).norm(dim=-1) / want.norm(dim=-1)).median())
+    e1 = float(((with_estimate.double() - want).norm(dim=-1) / want.norm(dim=-1)).median())
+    assert e1 <= e0 + 1e-3, (e0, e1)
+    assert index.attention(queries, 5, 20, group=False).shape == (Q_HEADS, Q, 32)
+    assert torch.equal(index.attention(queries, 5, 20, scale=DIM ** -0.5), with_estimate)
+    with pytest.raises(ValueError, match=r"params.n_estimate must be from 0"):
+        index.attention(queries, 5, CLUSTERS)
+    with pytest.raises(ValueError, match=r"n_probe must be from 1"):
+        index.attention(queries, 0)
+    with pytest.raises(ValueError, match=r"scale must be finite and > 0"):
+        index.attention(queries, 5, scale=-1.0)
+    with pytest.raises(TypeError, match=r"scale must be a number"):
+        index.attention(queries, 5, scale="x")
+    with pytest.raises(ValueError, match=r"extra_keys and extra_values must be given together"):
+        index.attention(queries, 5, extra_keys=keys)
+    with pytest.raises(ValueError, match=r"out: expected shape"):
+        index.attention(queries, 5, out=torch.empty(1, device="cuda", dtype=keys.dtype))
+    keys_only = cudaops.ivf.build_global(keys, None, CLUSTERS, SEGMENTS, n_iters=2)
+    with pytest.raises(ValueError, match=r"holds no values"):
+        keys_only.attention(queries, 5)
+    assert index.value_dim == 32 and index.dtype == "float16"
+    assert index.capacity == TOKENS and index.max_clusters == CLUSTERS

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,7 @@ TEST(IvfLayout, ArraysAlignedApartAndSized) {
                                                           {l.keys, h * n * d * 2},
                                                           {l.values, h * n * v * 2},
                                                           {l.value_sums, h * c * v * 4},
+                                                          {l.key_means, h * c * d * 2},
                                                           {l.largest, 4}};
   std::vector<std::pair<size_t, size_t>> spans;
   for (const auto& [offset, bytes] : arrays) {
@@ -327,6 +329,83 @@ TEST(IvfRetrieveValidation, ArgumentsAndMemory) {
   r.queries.n_queries = 0;  // nothing to do, nothing touched
   r.out = IvfRetrieved();
   EXPECT_TRUE(r.run().ok());
+}
+
+struct Attend {
+  IvfIndex index = BuiltIndex();
+  IvfQueries queries = SomeQueries();
+  IvfAttentionParams params;
+  IvfExtra extra;
+  void* out = fake(0x50000000);
+  float* lse = static_cast<float*>(fake(0x54000000));
+  Attend() {
+    params.n_probe = 8;
+    params.n_estimate = 16;
+  }
+  Status run() {
+    size_t need = 0;
+    if (Status s = ivf_attention_workspace_size(index, queries, params, extra, &need); !s.ok()) {
+      return s;
+    }
+    return ivf_attention(index, queries, params, extra, out, lse, fake(0x60000000), need, nullptr);
+  }
+};
+
+TEST(IvfAttentionValidation, ArgumentsAndMemory) {
+  Attend a;
+  a.params.n_probe = 0;
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument,
+                        {"ivf_attention_workspace_size", "params.n_probe", "(64)"}));
+  a = Attend();
+  a.params.n_estimate = 57;  // 8 + 57 > 64 clusters
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"params.n_estimate", "(56)"}));
+  a = Attend();
+  a.params.n_estimate = -1;
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"params.n_estimate"}));
+  a = Attend();
+  a.params.scale = -0.5f;
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"params.scale"}));
+  a = Attend();
+  a.params.scale = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"params.scale"}));
+  a = Attend();
+  a.queries.q_heads = 6;
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"queries.q_heads (6)"}));
+  a = Attend();
+  a.index.shape.value_dim = 0;
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"holds no values"}));
+  a = Attend();
+  a.out = nullptr;
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"ivf_attention", "d_out"}));
+  a = Attend();
+  a.out = fake(0x50000002);
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kMisaligned, {"d_out"}));
+  a = Attend();
+  a.lse = static_cast<float*>(fake(0x50000000));  // inside the output
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"d_out", "d_lse", "overlap"}));
+  a = Attend();
+  a.extra.tokens = 3;  // and no pointers
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"extra.keys"}));
+  a = Attend();
+  a.extra.tokens = -1;
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kInvalidArgument, {"extra.tokens"}));
+  a = Attend();
+  a.extra.tokens = 2;
+  a.extra.keys = fake(0x70000000);
+  a.extra.values = fake(0x70000008);
+  EXPECT_TRUE(FailsWith(a.run(), StatusCode::kMisaligned, {"extra.values"}));
+  a = Attend();
+  a.lse = nullptr;  // the log-sum-exp is optional
+  size_t need = 0;
+  ASSERT_TRUE(ivf_attention_workspace_size(a.index, a.queries, a.params, a.extra, &need).ok());
+  EXPECT_TRUE(FailsWith(ivf_attention(a.index, a.queries, a.params, a.extra, a.out, nullptr,
+                                      fake(0x60000000), need - 256, nullptr),
+                        StatusCode::kWorkspaceTooSmall, {"ivf_attention"}));
+  a = Attend();
+  a.queries.n_queries = 0;  // nothing to do, nothing touched
+  a.out = nullptr;
+  a.lse = nullptr;
+  EXPECT_TRUE(a.run().ok());
 }
 
 TEST(IvfClustersValidation, Arguments) {

@@ -14,7 +14,9 @@ are arrays of the queries' kind: ``scores`` float32 and ``ids`` int64 token posi
 first, ``(-inf, -1)`` past the candidates. ``index.clusters(queries, n_probe)`` chooses clusters
 as RetroInfer does (softmax of q . c / sqrt(dim) summed over each kv head's query heads) and
 ``index.retrieve`` gathers their keys, values and positions into padded blocks per (kv head,
-query) for an attention kernel. ``index.extend`` appends a segment. ``index.save(path)`` and
+query) for an attention kernel, and ``index.attention(queries, n_probe, n_estimate)`` is the
+decode step itself: exact attention over those clusters (and any extra tokens not yet indexed)
+plus an estimate of the next ones, in one call. ``index.extend`` appends a segment. ``index.save(path)`` and
 ``cudaops.ivf.load(path)`` write and read a checked, versioned file.
 """
 

@@ -166,6 +166,41 @@ class DeviceIndex {
     return st;
   }
 
+  /// What the decode attention reads of the index, downloaded (heads, tokens and clusters held).
+  ref::IvfAttentionIndex attention_state() const {
+    const IvfShape& s = index_.shape;
+    const int64_t h = s.heads, cm = s.max_clusters, n = index_.tokens, c = index_.n_clusters;
+    const int64_t cap = s.capacity, d = s.dim, dv = s.value_dim;
+    ref::IvfAttentionIndex x;
+    x.heads = h;
+    x.tokens = n;
+    x.clusters = c;
+    x.dim = d;
+    x.value_dim = dv;
+    const auto offsets = download<int64_t>(layout_.offsets, h * (cm + 1));
+    const auto keys = download<uint16_t>(layout_.keys, h * cap * d);
+    const auto values = download<uint16_t>(layout_.values, h * cap * dv);
+    const auto means = download<uint16_t>(layout_.key_means, h * cm * d);
+    const auto sums = download<float>(layout_.value_sums, h * cm * dv);
+    x.offsets.resize(static_cast<size_t>(h * (c + 1)));
+    x.keys = ref::HostArray(s.dtype, std::max<int64_t>(h * n * d, 1));
+    x.values = ref::HostArray(s.dtype, std::max<int64_t>(h * n * dv, 1));
+    x.key_means = ref::HostArray(s.dtype, std::max<int64_t>(h * c * d, 1));
+    x.value_sums.resize(static_cast<size_t>(h * c * dv));
+    auto* k = static_cast<uint16_t*>(x.keys.data());
+    auto* v = static_cast<uint16_t*>(x.values.data());
+    auto* m = static_cast<uint16_t*>(x.key_means.data());
+    for (int64_t hh = 0; hh < h; ++hh) {
+      for (int64_t j = 0; j <= c; ++j)
+        x.offsets[hh * (c + 1) + j] = offsets[hh * (cm + 1) + j];
+      std::copy_n(keys.begin() + hh * cap * d, n * d, k + hh * n * d);
+      std::copy_n(values.begin() + hh * cap * dv, n * dv, v + hh * n * dv);
+      std::copy_n(means.begin() + hh * cm * d, c * d, m + hh * c * d);
+      std::copy_n(sums.begin() + hh * cm * dv, c * dv, x.value_sums.begin() + hh * c * dv);
+    }
+    return x;
+  }
+
   template <typename P>
   std::vector<P> download(size_t offset, int64_t count) const {
     std::vector<P> host(static_cast<size_t>(count));
@@ -486,6 +521,209 @@ class IvfSearchCase : public OpCase {
   size_t workspace_bytes_ = 0;
 };
 
+/// Queries [q_heads, n_queries, dim] near random keys of their kv heads (noise 0.3).
+ref::HostArray draw_queries(const DeviceIndex& index, int64_t q_heads, int64_t n_queries,
+                            uint64_t seed) {
+  const IvfShape& s = index.index().shape;
+  const int64_t rows = q_heads * n_queries;
+  ref::HostArray out(s.dtype, std::max<int64_t>(rows * s.dim, 1));
+  std::mt19937_64 rng(seed * 7 + 1);
+  std::normal_distribution<double> normal(0.0, 0.3);
+  const int64_t group = q_heads / s.heads;
+  const int64_t tokens = index.drawn_tokens();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = (r / std::max<int64_t>(n_queries, 1)) / group;
+    const int64_t t = static_cast<int64_t>(rng() % static_cast<uint64_t>(tokens));
+    const int64_t drawn = h % std::max<int64_t>(1, index.keys().size() / (tokens * s.dim));
+    for (int64_t e = 0; e < s.dim; ++e)
+      out.set(r * s.dim + e, index.keys().get((drawn * tokens + t) * s.dim + e) + normal(rng));
+  }
+  return out;
+}
+
+/// ivf_attention: the decode step over an index built from the bench's keys, queries near them,
+/// `extra` tokens per kv head more (copies of random keys with noise), zones by `group`.
+class IvfAttentionCase : public OpCase {
+ public:
+  explicit IvfAttentionCase(const CaseConfig& config) : config_(config) {}
+
+  Status prepare() {
+    if (Status s = index_.prepare(config_); !s.ok()) return s;
+    if (Status s = index_.build(nullptr); !s.ok()) return s;
+    if (cudaDeviceSynchronize() != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_attention: building the index failed");
+    }
+    const IvfShape& s = index_.index().shape;
+    queries_.q_heads = dim_value(config_.dims, "q_heads");
+    queries_.n_queries = dim_value(config_.dims, "queries", 1);
+    params_.n_probe = dim_value(config_.dims, "n_probe");
+    params_.n_estimate = dim_value(config_.dims, "n_estimate", 0);
+    params_.group = dim_value(config_.dims, "group", 1) != 0;
+    extra_.tokens = dim_value(config_.dims, "extra", 0);
+    size_t bytes = 0;
+    if (Status st = ivf_attention_workspace_size(index_.index(), queries_, params_, extra_, &bytes);
+        !st.ok()) {
+      return st;
+    }
+    const int64_t rows = queries_.q_heads * queries_.n_queries;
+    host_queries_ = draw_queries(index_, queries_.q_heads, queries_.n_queries, config_.seed);
+    // The extras: keys near random keys of their head, Gaussian values.
+    const int64_t x = extra_.tokens;
+    host_extra_keys_ = ref::HostArray(s.dtype, std::max<int64_t>(s.heads * x * s.dim, 1));
+    host_extra_values_ = ref::HostArray(s.dtype, std::max<int64_t>(s.heads * x * s.value_dim, 1));
+    {
+      std::mt19937_64 rng(config_.seed * 11 + 5);
+      std::normal_distribution<double> normal(0.0, 1.0);
+      const int64_t tokens = index_.drawn_tokens();
+      const int64_t unique = std::max<int64_t>(1, index_.keys().size() / (tokens * s.dim));
+      for (int64_t h = 0; h < s.heads; ++h) {
+        for (int64_t t = 0; t < x; ++t) {
+          const int64_t src = static_cast<int64_t>(rng() % static_cast<uint64_t>(tokens));
+          for (int64_t e = 0; e < s.dim; ++e) {
+            host_extra_keys_.set(
+                (h * x + t) * s.dim + e,
+                index_.keys().get(((h % unique) * tokens + src) * s.dim + e) + 0.3 * normal(rng));
+          }
+          for (int64_t e = 0; e < s.value_dim; ++e)
+            host_extra_values_.set((h * x + t) * s.value_dim + e, normal(rng));
+        }
+      }
+    }
+    Status st = upload(host_queries_, &d_queries_);
+    if (st.ok()) st = upload(host_extra_keys_, &d_extra_keys_);
+    if (st.ok()) st = upload(host_extra_values_, &d_extra_values_);
+    if (st.ok()) st = out_.allocate(std::max<int64_t>(rows * s.value_dim * 2, 256));
+    if (st.ok()) st = lse_.allocate(std::max<int64_t>(rows * 4, 256));
+    if (st.ok()) st = workspace_.allocate(static_cast<int64_t>(std::max<size_t>(bytes, 256)));
+    workspace_bytes_ = bytes;
+    queries_.data = d_queries_.get();
+    extra_.keys = x > 0 ? d_extra_keys_.get() : nullptr;
+    extra_.values = x > 0 ? d_extra_values_.get() : nullptr;
+    return st;
+  }
+
+  /// The centroids scanned (16-bit), the exact zone's keys and values (at the mean cluster size)
+  /// and the estimated clusters' mean keys and value sums read once per row, the extras once per
+  /// kv head and query, the output written.
+  int64_t bytes_moved() const override {
+    const IvfShape& s = index_.index().shape;
+    const int64_t rows =
+        params_.group ? s.heads * queries_.n_queries : queries_.q_heads * queries_.n_queries;
+    const int64_t per_cluster = s.capacity / std::max<int64_t>(index_.params().n_clusters, 1);
+    return s.heads * index_.params().n_clusters * s.dim * 2 +
+           rows * (params_.n_probe * per_cluster * (s.dim + s.value_dim) * 2 +
+                   params_.n_estimate * (s.dim * 2 + s.value_dim * 4) +
+                   extra_.tokens * (s.dim + s.value_dim) * 2) +
+           queries_.q_heads * queries_.n_queries * (s.value_dim * 2 + 4);
+  }
+
+  Status run(cudaStream_t stream) override {
+    return ivf_attention(index_.index(), queries_, params_, extra_, out_.get(), lse_.as<float>(),
+                         workspace_.get(), workspace_bytes_, stream);
+  }
+
+  Status check(cudaStream_t stream, ref::CompareResult* result) override {
+    if (Status s = index_.checkable("ivf_attention"); !s.ok()) return s;
+    const IvfShape& s = index_.index().shape;
+    const int64_t rows = queries_.q_heads * queries_.n_queries;
+    if (cudaMemsetAsync(out_.get(), 0xff, static_cast<size_t>(rows * s.value_dim * 2), stream) !=
+            cudaSuccess ||
+        cudaMemsetAsync(lse_.get(), 0xff, static_cast<size_t>(rows * 4), stream) != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_attention: poisoning the results failed");
+    }
+    if (Status st = run(stream); !st.ok()) return st;
+    ref::HostArray got(s.dtype, rows * s.value_dim);
+    std::vector<float> lse(static_cast<size_t>(rows));
+    if (cudaStreamSynchronize(stream) != cudaSuccess ||
+        cudaMemcpy(got.data(), out_.get(), static_cast<size_t>(got.size_bytes()),
+                   cudaMemcpyDeviceToHost) != cudaSuccess ||
+        cudaMemcpy(lse.data(), lse_.get(), lse.size() * 4, cudaMemcpyDeviceToHost) != cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_attention: the attention failed");
+    }
+    // The zones as the device ranks them (ivf_clusters runs the same ranking and selection).
+    ref::IvfAttentionZones zones;
+    if (Status st = device_zones(params_.n_probe, &zones.exact); !st.ok()) return st;
+    zones.n_exact = params_.n_probe;
+    if (params_.n_estimate > 0) {
+      if (Status st = device_zones(params_.n_probe + params_.n_estimate, &zones.wide); !st.ok()) {
+        return st;
+      }
+      zones.n_wide = params_.n_probe + params_.n_estimate;
+    }
+    std::vector<double> want, want_lse;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(s.dim));
+    ref::ivf_attention(index_.attention_state(), host_queries_, queries_.q_heads,
+                       queries_.n_queries, zones, params_.group, host_extra_keys_,
+                       host_extra_values_, extra_.tokens, scale, &want, &want_lse);
+    // Relative L2 error of each output row, and of each log-sum-exp: within the dtype's bound.
+    const double bound = s.dtype == DType::kBFloat16 ? 2e-3 : 1e-3;
+    ref::HostArray errors(DType::kFloat32, 2 * rows);
+    std::vector<double> zeros(static_cast<size_t>(2 * rows), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      double num = 0.0, den = 0.0;
+      for (int64_t e = 0; e < s.value_dim; ++e) {
+        const double w = want[static_cast<size_t>(r * s.value_dim + e)];
+        const double g = got.get(r * s.value_dim + e);
+        num += (g - w) * (g - w);
+        den += w * w;
+      }
+      errors.set(r, std::sqrt(num / std::max(den, 1e-30)));
+      const double wl = want_lse[static_cast<size_t>(r)];
+      errors.set(rows + r,
+                 std::abs(lse[static_cast<size_t>(r)] - wl) / std::max(std::abs(wl), 1.0));
+    }
+    *result = ref::compare(errors, zeros, ref::Tolerance{1.0, bound});
+    return Status();
+  }
+
+ private:
+  /// Each row's n best clusters by the attention's ranking, from the device.
+  Status device_zones(int64_t n, std::vector<int32_t>* out) {
+    IvfProbeParams probe;
+    probe.n_probe = n;
+    probe.group = params_.group;
+    size_t bytes = 0;
+    if (Status st = ivf_clusters_workspace_size(index_.index(), queries_, probe, &bytes);
+        !st.ok()) {
+      return st;
+    }
+    const int64_t rows =
+        (params_.group ? index_.index().shape.heads : queries_.q_heads) * queries_.n_queries;
+    DeviceBuffer clusters, ws;
+    Status st = clusters.allocate(std::max<int64_t>(rows * n * 4, 256));
+    if (st.ok()) st = ws.allocate(static_cast<int64_t>(std::max<size_t>(bytes, 256)));
+    if (st.ok()) {
+      st = ivf_clusters(index_.index(), queries_, probe, clusters.as<int32_t>(), ws.get(), bytes,
+                        nullptr);
+    }
+    if (!st.ok()) return st;
+    out->assign(static_cast<size_t>(rows * n), -1);
+    if (cudaMemcpy(out->data(), clusters.get(), out->size() * 4, cudaMemcpyDeviceToHost) !=
+        cudaSuccess) {
+      return Status(StatusCode::kCudaError, "ivf_attention: ivf_clusters failed");
+    }
+    return Status();
+  }
+
+  static Status upload(const ref::HostArray& host, DeviceBuffer* device) {
+    Status st = device->allocate(std::max<int64_t>(host.size_bytes(), 256));
+    if (st.ok() && cudaMemcpy(device->get(), host.data(), static_cast<size_t>(host.size_bytes()),
+                              cudaMemcpyHostToDevice) != cudaSuccess) {
+      st = Status(StatusCode::kCudaError, "ivf_attention: uploading the inputs failed");
+    }
+    return st;
+  }
+
+  CaseConfig config_;
+  DeviceIndex index_;
+  IvfQueries queries_;
+  IvfAttentionParams params_;
+  IvfExtra extra_;
+  ref::HostArray host_queries_, host_extra_keys_, host_extra_values_;
+  DeviceBuffer d_queries_, d_extra_keys_, d_extra_values_, out_, lse_, workspace_;
+  size_t workspace_bytes_ = 0;
+};
+
 class IvfExtendCase : public OpCase {
  public:
   explicit IvfExtendCase(const CaseConfig& config) : config_(config) {}
@@ -744,7 +982,55 @@ OpDescriptor extend_descriptor() {
   return op;
 }
 
+OpDescriptor attention_descriptor() {
+  OpDescriptor op;
+  op.name = "ivf_attention";
+  op.summary = "decode attention over the index: the probed clusters exactly, the next estimated";
+  op.dtypes = {DType::kFloat16, DType::kBFloat16};
+  op.dims = index_dims();
+  op.dims.push_back({"q_heads", "query heads (a multiple of heads)", 32});
+  op.dims.push_back({"queries", "queries per query head", 1});
+  op.dims.push_back({"n_probe", "clusters attended exactly per row", 147});
+  op.dims.push_back({"n_estimate", "the next clusters, estimated", 1900});
+  op.dims.push_back({"extra", "extra tokens per kv head attended exactly", 68});
+  op.dims.push_back(
+      {"group", "zones per kv head over the query group (1) or per query head (0)", 1});
+  auto shape = [](int64_t seq, int64_t clusters, int64_t n_probe, int64_t n_estimate) {
+    return Dims{{"heads", 8},     {"seq", seq},    {"dim", 128},         {"clusters", clusters},
+                {"segments", 16}, {"n_iters", 10}, {"pass", 0},          {"values", 1},
+                {"q_heads", 32},  {"queries", 1},  {"n_probe", n_probe}, {"n_estimate", n_estimate},
+                {"extra", 68},    {"group", 1}};
+  };
+  op.bench_shapes = {shape(131072, 8192, 147, 1900), shape(131072, 8192, 147, 0),
+                     shape(1048576, 65536, 1176, 15200)};
+  op.headline_shapes = {op.bench_shapes[0]};
+  op.validate = [](const CaseConfig& config) {
+    if (Status s = validate_build(config); !s.ok()) return s;
+    IvfIndex index;
+    index.shape = shape_of(config);
+    if (index.shape.value_dim == 0) {
+      return Status(StatusCode::kInvalidArgument, "ivf_attention: --values must be 1");
+    }
+    index.tokens = dim_value(config.dims, "seq");
+    index.n_clusters = build_params_of(config).n_clusters;
+    IvfQueries queries;
+    queries.q_heads = dim_value(config.dims, "q_heads");
+    queries.n_queries = dim_value(config.dims, "queries", 1);
+    IvfAttentionParams params;
+    params.n_probe = dim_value(config.dims, "n_probe");
+    params.n_estimate = dim_value(config.dims, "n_estimate", 0);
+    params.group = dim_value(config.dims, "group", 1) != 0;
+    IvfExtra extra;
+    extra.tokens = dim_value(config.dims, "extra", 0);
+    size_t bytes = 0;
+    return ivf_attention_workspace_size(index, queries, params, extra, &bytes);
+  };
+  op.make_case = make_prepared<IvfAttentionCase>;
+  return op;
+}
+
 [[maybe_unused]] const bool kBuildRegistered = register_op(build_descriptor());
+[[maybe_unused]] const bool kAttentionRegistered = register_op(attention_descriptor());
 [[maybe_unused]] const bool kSearchRegistered = register_op(search_descriptor());
 [[maybe_unused]] const bool kExtendRegistered = register_op(extend_descriptor());
 

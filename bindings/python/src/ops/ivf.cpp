@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <vector>
@@ -188,6 +189,96 @@ class PyIndex {
     }
     check(status);
     return py::make_tuple(ctx.take_result(0, queries), ctx.take_result(1, queries));
+  }
+
+  py::object attention(py::handle queries, py::handle n_probe_obj, py::handle n_estimate_obj,
+                       py::handle extra_keys, py::handle extra_values, py::handle scale_obj,
+                       bool return_lse, bool group, py::handle out, py::handle stream) const {
+    CallContext ctx("Index.attention", stream);
+    const IvfShape& s = index.shape;
+    IvfAttentionParams params;
+    params.n_probe = int_arg(n_probe_obj, ctx.op(), "n_probe");
+    params.n_estimate = int_arg(n_estimate_obj, ctx.op(), "n_estimate");
+    params.group = group;
+    if (!scale_obj.is_none()) {
+      if (!PyFloat_Check(scale_obj.ptr()) && !PyLong_Check(scale_obj.ptr())) {
+        throw py::type_error(std::string(ctx.op()) + ": scale must be a number or None, got " +
+                             type_name(scale_obj));
+      }
+      const double scale = py::cast<double>(scale_obj);
+      if (!(scale > 0.0) || !std::isfinite(static_cast<float>(scale))) {
+        throw py::value_error(std::string(ctx.op()) + ": scale must be finite and > 0, got " +
+                              std::to_string(scale));
+      }
+      params.scale = static_cast<float>(scale);
+    }
+    IvfQueries q;
+    ArrayView vq = import_queries(ctx, queries, &q);
+    if (extra_keys.is_none() != extra_values.is_none()) {
+      throw py::value_error(std::string(ctx.op()) +
+                            ": extra_keys and extra_values must be given together");
+    }
+    std::optional<ArrayView> vek, vev, vout;
+    IvfExtra extra;
+    if (!extra_keys.is_none()) {
+      vek = ctx.import(extra_keys, "extra_keys", Access::kRead);
+      vev = ctx.import(extra_values, "extra_values", Access::kRead);
+      require_heads_tokens_dim(ctx, *vek);
+      require_heads_tokens_dim(ctx, *vev);
+      if (vek->dtype != s.dtype || vek->shape[0] != s.heads || vek->shape[2] != s.dim) {
+        throw py::value_error(std::string(ctx.op()) + ": extra_keys: expected [" +
+                              std::to_string(s.heads) + ", tokens, " + std::to_string(s.dim) +
+                              "] of " + dtype_name(s.dtype) + ", got shape " +
+                              shape_text(vek->shape) + " of " + dtype_name(vek->dtype));
+      }
+      if (vev->dtype != s.dtype || vev->shape[0] != s.heads || vev->shape[1] != vek->shape[1] ||
+          vev->shape[2] != s.value_dim) {
+        throw py::value_error(std::string(ctx.op()) + ": extra_values: expected [" +
+                              std::to_string(s.heads) + ", " + std::to_string(vek->shape[1]) +
+                              ", " + std::to_string(s.value_dim) + "] of " + dtype_name(s.dtype) +
+                              ", got shape " + shape_text(vev->shape) + " of " +
+                              dtype_name(vev->dtype));
+      }
+      extra.tokens = vek->shape[1];
+    }
+    const std::vector<int64_t> shape = {q.q_heads, q.n_queries, s.value_dim};
+    if (!out.is_none()) {
+      vout = ctx.import(out, "out", Access::kWrite);
+      ctx.require_contiguous(*vout);
+      if (vout->dtype != s.dtype || vout->shape != shape) {
+        throw py::value_error(std::string(ctx.op()) + ": out: expected shape " + shape_text(shape) +
+                              " of " + dtype_name(s.dtype) + ", got " + shape_text(vout->shape) +
+                              " of " + dtype_name(vout->dtype));
+      }
+    }
+    size_t bytes = 0;
+    check(ivf_attention_workspace_size(index, q, params, extra, &bytes));
+    const int at =
+        ctx.prepare({&vq, vek ? &*vek : nullptr, vev ? &*vev : nullptr, vout ? &*vout : nullptr});
+    if (vq.size > 0 && at != device) {
+      throw py::value_error(std::string(ctx.op()) + ": queries: is on CUDA device " +
+                            std::to_string(at) + " but the index is on CUDA device " +
+                            std::to_string(device));
+    }
+    py::cast<const Array&>(buffer).order_before(ctx.stream());
+    if (vek) {
+      extra.keys = vek->data;
+      extra.values = vev->data;
+    }
+    void* o = ctx.output_data(vout ? &*vout : nullptr, shape, s.dtype);
+    auto* lse = return_lse ? static_cast<float*>(ctx.output_data(nullptr, {q.q_heads, q.n_queries},
+                                                                 DType::kFloat32))
+                           : nullptr;
+    void* workspace = ctx.scratch(bytes);
+    Status status;
+    {
+      py::gil_scoped_release nogil;
+      status = ivf_attention(index, q, params, extra, o, lse, workspace, bytes, ctx.stream());
+    }
+    check(status);
+    if (!return_lse) return ctx.finish(out, queries);
+    py::object o_obj = vout ? py::reinterpret_borrow<py::object>(out) : ctx.take_result(0, queries);
+    return py::make_tuple(o_obj, ctx.take_result(vout ? 0 : 1, queries));
   }
 
   void extend(py::handle keys, py::handle values, py::handle n_clusters_obj, py::handle n_iters_obj,
@@ -384,6 +475,21 @@ None for an index of keys alone, ids [heads, Q, max_tokens] int64 token position
 zeros and -1 past its length. max_tokens sizes the blocks statically (tokens past it are
 dropped); None: n_probe times the largest cluster (at most the index's size), which never drops
 a token and is read from the device once per build or extension.)doc")
+      .def("attention", &PyIndex::attention, py::arg("queries"), py::arg("n_probe"),
+           py::arg("n_estimate") = 0, py::kw_only(), py::arg("extra_keys") = py::none(),
+           py::arg("extra_values") = py::none(), py::arg("scale") = py::none(),
+           py::arg("return_lse") = false, py::arg("group") = true, py::arg("out") = py::none(),
+           py::arg("stream") = py::none(),
+           R"doc(Decode attention over the index: o [q_heads, Q, value_dim] in the queries' dtype
+(and, with return_lse, the log-sum-exp [q_heads, Q] float32: o, lse), of the queries' kind.
+For each query, softmax(scale * q . k) v over the exact zone (every token of the n_probe clusters
+ranked best, as clusters(queries, n_probe, group) ranks them, plus extra_keys / extra_values
+[heads, T, dim] / [heads, T, value_dim] of its kv head: attention sinks, recent tokens not yet
+indexed) and the estimated zone (the next n_estimate clusters, each standing for its tokens with
+its mean key's score and its value sum); the other clusters are left out. scale: None for
+1 / sqrt(dim). Every cluster probed with n_estimate 0 is exact attention over the index and the
+extras. The same bits every run; nothing allocated but the outputs and the workspace; no host
+synchronisation, so a decoding loop can be captured in a CUDA graph.)doc")
       .def("extend", &PyIndex::extend, py::arg("keys"), py::arg("values"), py::arg("n_clusters"),
            py::arg("n_iters") = 10, py::kw_only(), py::arg("stream") = py::none(),
            R"doc(Appends keys [heads, T, dim] (and values [heads, T, value_dim], or None for an
@@ -401,6 +507,19 @@ Waits for the index's work.)doc")
           "size", [](const PyIndex& self) { return self.index.tokens; }, "tokens per head")
       .def_property_readonly("heads", [](const PyIndex& self) { return self.index.shape.heads; })
       .def_property_readonly("dim", [](const PyIndex& self) { return self.index.shape.dim; })
+      .def_property_readonly(
+          "value_dim", [](const PyIndex& self) { return self.index.shape.value_dim; },
+          "dimensions of the values (0: the index holds keys alone)")
+      .def_property_readonly(
+          "dtype",
+          [](const PyIndex& self) { return std::string(dtype_name(self.index.shape.dtype)); },
+          "the keys' and values' dtype, as a name")
+      .def_property_readonly(
+          "capacity", [](const PyIndex& self) { return self.index.shape.capacity; },
+          "tokens per head the index has room for")
+      .def_property_readonly(
+          "max_clusters", [](const PyIndex& self) { return self.index.shape.max_clusters; },
+          "clusters per head the index has room for")
       .def_property_readonly("device", [](const PyIndex& self) { return self.device; })
       .def_property_readonly(
           "nbytes",
