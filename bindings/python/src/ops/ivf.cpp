@@ -281,6 +281,32 @@ class PyIndex {
     return py::make_tuple(o_obj, ctx.take_result(vout ? 0 : 1, queries));
   }
 
+  /// The index's arrays as (address, shape, typestr) over the held tokens' and clusters' rows, for
+  /// benches and tests that read the index in place (16-bit data as "<u2": reinterpret it).
+  py::dict arrays() const {
+    IvfLayout l;
+    check(ivf_index_size(index.shape, &l));
+    const IvfShape& s = index.shape;
+    const auto base = reinterpret_cast<uintptr_t>(index.data);
+    const int64_t h = s.heads, cm = s.max_clusters, cap = s.capacity, d = s.dim, dv = s.value_dim;
+    py::dict out;
+    const auto put = [&](const char* name, size_t offset, std::vector<int64_t> shape,
+                         const char* typestr) {
+      out[name] = py::make_tuple(base + offset, py::tuple(py::cast(shape)), typestr);
+    };
+    put("means", l.means, {h, d}, "<f4");
+    put("centroids", l.centroids, {h, cm, d}, "<f4");
+    put("centroids_lp", l.centroids_lp, {h, cm, d}, "<u2");
+    put("offsets", l.offsets, {h, cm + 1}, "<i8");
+    put("sizes", l.sizes, {h, cm}, "<i4");
+    put("ids", l.ids, {h, cap}, "<i4");
+    put("keys", l.keys, {h, cap, d}, "<u2");
+    put("values", l.values, {h, cap, dv}, "<u2");
+    put("value_sums", l.value_sums, {h, cm, dv}, "<f4");
+    put("key_means", l.key_means, {h, cm, d}, "<u2");
+    return out;
+  }
+
   void extend(py::handle keys, py::handle values, py::handle n_clusters_obj, py::handle n_iters_obj,
               py::handle stream) {
     CallContext ctx("Index.extend", stream);
@@ -490,6 +516,10 @@ its mean key's score and its value sum); the other clusters are left out. scale:
 1 / sqrt(dim). Every cluster probed with n_estimate 0 is exact attention over the index and the
 extras. The same bits every run; nothing allocated but the outputs and the workspace; no host
 synchronisation, so a decoding loop can be captured in a CUDA graph.)doc")
+      .def("_arrays", &PyIndex::arrays,
+           R"doc(The index's arrays in place, {name: (address, shape, typestr)} over its whole
+capacity (16-bit data as "<u2", to be reinterpreted as the index's dtype), for benches and tests
+that read the index directly; valid while the index lives, after its pending work.)doc")
       .def("extend", &PyIndex::extend, py::arg("keys"), py::arg("values"), py::arg("n_clusters"),
            py::arg("n_iters") = 10, py::kw_only(), py::arg("stream") = py::none(),
            R"doc(Appends keys [heads, T, dim] (and values [heads, T, value_dim], or None for an
