@@ -290,7 +290,7 @@ class PyIndex {
     const auto base = reinterpret_cast<uintptr_t>(index.data);
     const int64_t h = s.heads, cm = s.max_clusters, cap = s.capacity, d = s.dim, dv = s.value_dim;
     py::dict out;
-    const auto put = [&](const char* name, size_t offset, std::vector<int64_t> shape,
+    const auto put = [&](const char* name, size_t offset, const std::vector<int64_t>& shape,
                          const char* typestr) {
       out[name] = py::make_tuple(base + offset, py::tuple(py::cast(shape)), typestr);
     };
