@@ -44,7 +44,7 @@ RULES = {
     "bindings/python/src": BASE | {".."},
     "include/cudaops": BASE,
 }
-FAMILIES = ["elementwise", "rowwise", "topk", "kmeans", "ivf"]
+FAMILIES = ["elementwise", "rowwise", "topk", "kmeans", "ivf", "attention"]
 for family in FAMILIES:
     RULES["src/" + family] = BASE | LIBRARY_SHARED | {family}
 SOURCE = (".h", ".hpp", ".cpp", ".cu", ".cuh")

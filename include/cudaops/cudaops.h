@@ -1,6 +1,7 @@
 #pragma once
 
 // Everything in the public API: one header per op family, and the types they share.
+#include "cudaops/attention.h"
 #include "cudaops/dtype.h"
 #include "cudaops/elementwise.h"
 #include "cudaops/ivf.h"

@@ -168,10 +168,9 @@ Status load(const char* path, IvfIndex* index, cudaStream_t stream) {
     return detail::cuda_status(e, kOp, "copying the index to the device");
   }
   // The clusters' mean keys are not in the file: computed again from the keys just copied.
-  Status means =
-      s.dtype == DType::kFloat16
-          ? detail::ivf::launch_key_means<__half>(kOp, s, l, base, 0, c, stream)
-          : detail::ivf::launch_key_means<__nv_bfloat16>(kOp, s, l, base, 0, c, stream);
+  Status means = s.dtype == DType::kFloat16
+                     ? detail::ivf::launch_key_means<__half>(kOp, s, l, base, 0, c, stream)
+                     : detail::ivf::launch_key_means<__nv_bfloat16>(kOp, s, l, base, 0, c, stream);
   e = cudaStreamSynchronize(stream);  // the host copies go out of scope
   if (!means.ok()) return means;
   if (e != cudaSuccess) {

@@ -16,12 +16,15 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "cudaops/attention.h"
 #include "cudaops/ivf.h"
 #include "harness/device_buffer.h"
 #include "reference/host_array.h"
 #include "reference/ivf.h"
+#include "support/check_descriptor.h"
 #include "support/device_caps.h"
 
 namespace cudaops {
@@ -548,6 +551,80 @@ TEST(IvfAttention, AfterExtendAndLoad) {
   std::vector<float> lse_after;
   ASSERT_TRUE(Attend(after, loaded, nullptr, &after_load, &lse_after));
   EXPECT_EQ(after_load, before_save);
+}
+
+/// attention_merge against its reference: every dtype, odd sizes, a part at -inf, offsets.
+TEST(AttentionMerge, MatchesReference) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (const auto& [parts, rows, dim] :
+         {std::tuple<int64_t, int64_t, int64_t>{2, 32, 128}, {1, 7, 64}, {5, 199, 96}, {8, 3, 8}}) {
+      harness::CaseConfig config;
+      config.dtype = dtype;
+      config.dims = {{"parts", parts}, {"rows", rows}, {"dim", dim}};
+      config.seed = static_cast<uint64_t>(parts * 131 + rows);
+      config.offset = rows % 2;
+      EXPECT_TRUE(testing::CheckDescriptorCase("attention_merge", config, nullptr,
+                                               std::string(dtype_name(dtype)) + " parts " +
+                                                   std::to_string(parts) + " rows " +
+                                                   std::to_string(rows)));
+    }
+  }
+}
+
+/// One context in two indexes (its first and second halves, as two ranks would hold it): each
+/// attends every cluster of its own, and the two merged by their log-sum-exps are the attention
+/// over the whole context.
+TEST(IvfAttention, PartsMergeIntoTheWhole) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 7.5";
+  AttnCase whole;
+  whole.seq = 2400;
+  whole.extra = 0;
+  const Data x = Draw(whole, 71);
+  const int64_t half = whole.seq / 2, rows = whole.q_heads * whole.n_queries;
+  DeviceBuffer outs, lses;
+  ASSERT_TRUE(outs.allocate(2 * rows * whole.value_dim * 2).ok());
+  ASSERT_TRUE(lses.allocate(2 * rows * 4).ok());
+  for (int part = 0; part < 2; ++part) {
+    AttnCase c = whole;
+    c.seq = half;
+    c.clusters = 32;
+    c.n_probe = 32;
+    c.n_estimate = 0;
+    Data y = x;
+    y.keys = HostArray(c.dtype, c.heads * half * c.dim);
+    y.values = HostArray(c.dtype, c.heads * half * c.value_dim);
+    for (int64_t h = 0; h < c.heads; ++h) {
+      for (int64_t t = 0; t < half; ++t) {
+        for (int64_t e = 0; e < c.dim; ++e)
+          y.keys.set((h * half + t) * c.dim + e,
+                     x.keys.get((h * whole.seq + part * half + t) * c.dim + e));
+        for (int64_t e = 0; e < c.value_dim; ++e)
+          y.values.set((h * half + t) * c.value_dim + e,
+                       x.values.get((h * whole.seq + part * half + t) * c.value_dim + e));
+      }
+    }
+    Indexed s;
+    ASSERT_TRUE(Build(c, y, &s));
+    std::vector<uint16_t> out;
+    std::vector<float> lse;
+    ASSERT_TRUE(Attend(c, s, nullptr, &out, &lse));
+    cudaMemcpy(outs.as<uint16_t>() + part * rows * c.value_dim, out.data(), out.size() * 2,
+               cudaMemcpyHostToDevice);
+    cudaMemcpy(lses.as<float>() + part * rows, lse.data(), lse.size() * 4, cudaMemcpyHostToDevice);
+  }
+  DeviceBuffer merged, merged_lse;
+  ASSERT_TRUE(merged.allocate(rows * whole.value_dim * 2).ok());
+  ASSERT_TRUE(merged_lse.allocate(rows * 4).ok());
+  ASSERT_TRUE(attention_merge(outs.get(), lses.as<float>(), merged.get(), merged_lse.as<float>(), 2,
+                              rows, whole.value_dim, whole.dtype, nullptr)
+                  .ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<double> want, want_lse;
+  ref::full_attention(x.keys, x.values, whole.heads, whole.seq, whole.dim, whole.value_dim,
+                      x.queries, whole.q_heads, whole.n_queries, Scale(whole), &want, &want_lse);
+  // Two roundings of the output (each part's, then the merge's): twice the bound.
+  EXPECT_TRUE(Near(whole, Copy<uint16_t>(merged.get(), rows * whole.value_dim),
+                   Copy<float>(merged_lse.get(), rows), want, want_lse, 2 * Bound(whole.dtype)));
 }
 
 }  // namespace

@@ -264,3 +264,42 @@ def test_attention_estimate_and_arguments():
         keys_only.attention(queries, 5)
     assert index.value_dim == 32 and index.dtype == "float16"
     assert index.capacity == TOKENS and index.max_clusters == CLUSTERS
+
+
+def test_attention_merge_refuses_bad_arguments(dl):
+    outs = dl([2, 4, 8, 16], "float16")
+    with pytest.raises(TypeError, match=r"attention_merge: outs: expected one array"):
+        cudaops.attention_merge([outs, outs], dl([2, 4, 8], "float32"))
+    with pytest.raises(ValueError, match=r"attention_merge: lses: expected float32 of shape"):
+        cudaops.attention_merge(outs, dl([2, 4], "float32"))
+    with pytest.raises(ValueError, match=r"attention_merge: lses: expected float32"):
+        cudaops.attention_merge(outs, dl([2, 4, 8], "float16"))
+    with pytest.raises(ValueError, match=r"attention_merge: outs: expected \[parts, \.\.\., dim\]"):
+        cudaops.attention_merge(dl([16], "float16"), dl([], "float32"))
+    with pytest.raises(TypeError, match=r"attention_merge: outs"):
+        cudaops.attention_merge(dl([2, 4, 8], "int32"), dl([2, 4], "float32"))
+
+
+@requires_gpu
+def test_attention_merge_of_two_halves():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    g = torch.Generator(device="cuda").manual_seed(3)
+    q = torch.randn(8, 2, 64, device="cuda", generator=g)
+    k = torch.randn(8, 300, 64, device="cuda", generator=g)
+    v = torch.randn(8, 300, 32, device="cuda", generator=g)
+    logits = torch.einsum("hqd,htd->hqt", q, k) / 8.0
+    parts = [(0, 120), (120, 300)]
+    outs = torch.stack([torch.softmax(logits[..., a:b], -1) @ v[:, a:b] for a, b in parts])
+    lses = torch.stack([torch.logsumexp(logits[..., a:b], -1) for a, b in parts])
+    out, lse = cudaops.attention_merge(outs, lses)
+    want = torch.softmax(logits, -1) @ v
+    assert out.shape == (8, 2, 32) and lse.shape == (8, 2)
+    assert torch.allclose(out, want, rtol=1e-4, atol=1e-5)
+    assert torch.allclose(lse, torch.logsumexp(logits, -1), rtol=1e-5, atol=1e-5)
+    # A part that attended to nothing (-inf) weighs nothing.
+    empty = torch.cat([outs[:1], torch.zeros_like(outs[:1])])
+    none = torch.cat([lses[:1], torch.full_like(lses[:1], float("-inf"))])
+    out1, lse1 = cudaops.attention_merge(empty, none)
+    assert torch.allclose(out1, outs[0], rtol=1e-5, atol=1e-6) and torch.equal(lse1, lses[0])

@@ -98,15 +98,16 @@ TEST(ReadFatbins, TheLibraryCarriesCodeForEveryFamily) {
 TEST(KernelFamilies, CountAndBadArguments) {
   // Every family that registered itself next to its code, k-means and the index too, by name
   // (asking for a family's name needs no device: the error comes after the name is filled).
-  EXPECT_EQ(kernel_family_count(), 8);
+  EXPECT_EQ(kernel_family_count(), 9);
   KernelFamilyInfo info;
   std::vector<std::string> names;
   for (int i = 0; i < kernel_family_count(); ++i) {
     (void)kernel_family_info(i, &info);
     names.emplace_back(info.name != nullptr ? info.name : "");
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"elementwise", "ivf_build", "ivf_search", "kmeans",
-                                             "norm", "rowwise_reduce", "softmax", "topk"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"attention_merge", "elementwise", "ivf_build", "ivf_search",
+                                      "kmeans", "norm", "rowwise_reduce", "softmax", "topk"}));
   EXPECT_EQ(kernel_family_info(-1, &info).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(kernel_family_info(kernel_family_count(), &info).code(), StatusCode::kInvalidArgument);
   const Status s = kernel_family_info(0, nullptr);
