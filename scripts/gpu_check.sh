@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: run from a clean checkout on a machine with an NVIDIA GPU.
-#   scripts/gpu_check.sh [--only cpp|python|bench|debug] [LOG_DIR]
+#   scripts/gpu_check.sh [--only cpp|python|bench|debug|sanitize] [LOG_DIR]
+#   SANITIZER_TOOL=racecheck SANITIZER_SHARD=0/4 scripts/gpu_check.sh --only sanitize [LOG_DIR]
 # C++: configures and builds the `gpu` preset with every core, runs every test (GPU tests and the
 # compute-sanitizer memcheck runs included), prints the bench table against the measured copy
 # bandwidth and runs the Google Benchmark sweep.
@@ -10,6 +11,8 @@
 # bench, the row-wise ops next to torch eager and torch.compile, and the CuPy part of the suite
 # under compute-sanitizer memcheck.
 # Bench (not part of the default run): the benches and the results table alone, from one build.
+# Sanitize (not part of the default run): one compute-sanitizer tool over every GPU test binary,
+# one GoogleTest shard of each, so that the whole matrix runs in slices of a bounded session.
 # Debug (not part of the default run): builds the `debug` preset with the Python module, runs the
 # GPU tests in it, and runs every cuda-gdb session of docs/debugging.md, checking what each shows.
 # Everything is written under LOG_DIR (default build/gpu-check): the bench JSON, and RESULTS.md,
@@ -207,13 +210,33 @@ check_debug() {
   wait "$loop" 2> /dev/null || true  # the loop killed: not a failure (failed= records those)
 }
 
+# One compute-sanitizer tool over every GPU test binary (ctest label sanitizer.TOOL), in slices
+# that fit a bounded session: SHARD is INDEX/COUNT of GoogleTest's sharding (each binary runs
+# the cases of that shard). Appends a line to LOG_DIR/sanitizers.md: date, commit, tool, shard,
+# ctest's verdict, for the results.
+check_sanitizer() {
+  local tool=$1 shard=${2:-0/1}
+  step configure cmake --preset gpu || return 1
+  step build cmake --build --preset gpu -j "$(nproc)" || return 1
+  local name="sanitize-$tool-${shard/\//-of-}"
+  GTEST_SHARD_INDEX=${shard%/*} GTEST_TOTAL_SHARDS=${shard#*/} \
+    step "$name" ctest --preset gpu -L "sanitizer\.$tool" -j 4 --timeout 1500 \
+    --output-log "$log/$name-output.log"
+  local status=$?
+  echo "- $(date -u +%Y-%m-%d) $(git rev-parse --short HEAD 2>/dev/null || echo "${CUDAOPS_COMMIT:-?}")" \
+    "$tool shard $shard: $(grep -E 'tests passed' "$log/$name.log" | head -1)" >> "$log/sanitizers.md"
+  return $status
+}
+
 case $only in
   all) check_cpp || failed=1; check_python || failed=1 ;;
+  sanitize) check_sanitizer "${SANITIZER_TOOL:?set SANITIZER_TOOL}" "${SANITIZER_SHARD:-0/1}" ||
+    failed=1 ;;
   cpp) check_cpp || failed=1 ;;
   python) check_python || failed=1 ;;
   debug) check_debug || failed=1 ;;
   bench) check_bench || failed=1 ;;
-  *) echo "--only takes cpp, python, bench or debug" >&2; exit 2 ;;
+  *) echo "--only takes cpp, python, bench, debug or sanitize" >&2; exit 2 ;;
 esac
 if [ ! -f "$log/info.txt" ] && command -v nvidia-smi > /dev/null; then
   echo "device 0: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > "$log/info.txt"
