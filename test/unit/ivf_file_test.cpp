@@ -155,6 +155,59 @@ TEST_F(IvfFileTest, ShapeAndArraysMustAgree) {
   EXPECT_EQ(Load(&y).code(), StatusCode::kFileError);
 }
 
+// A seeded mutator of the contents the search trusts (offsets, sizes, ids, the largest size),
+// written with valid checksums: each file is refused, or, where the mutation kept the index
+// consistent, loaded with every invariant the search relies on.
+TEST_F(IvfFileTest, SeededContentMutations) {
+  const HostIndex valid = Index();
+  std::mt19937_64 rng(7);
+  int refused = 0;
+  for (int round = 0; round < 600; ++round) {
+    HostIndex x = valid;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const int64_t big = static_cast<int64_t>(rng() % 64) - 16;
+      switch (rng() % 4) {
+        case 0:
+          x.offsets[rng() % x.offsets.size()] = big;
+          break;
+        case 1:
+          x.sizes[rng() % x.sizes.size()] = static_cast<int32_t>(big);
+          break;
+        case 2:
+          x.ids[rng() % x.ids.size()] = static_cast<int32_t>(big);
+          break;
+        default:
+          x.largest = static_cast<int32_t>(big);
+          break;
+      }
+    }
+    ASSERT_TRUE(write_index_file(x, path_, "ivf_save").ok());
+    HostIndex y;
+    const Status s = Load(&y);
+    if (!s.ok()) {
+      ++refused;
+      EXPECT_EQ(s.code(), StatusCode::kFileError) << s.to_string();
+      continue;
+    }
+    // Accepted: what the search trusts holds.
+    const int64_t c = y.shape.max_clusters, n = y.shape.capacity;
+    for (int64_t h = 0; h < y.shape.heads; ++h) {
+      EXPECT_EQ(y.offsets[h * (c + 1)], 0);
+      EXPECT_EQ(y.offsets[h * (c + 1) + c], n);
+      std::vector<int> seen(static_cast<size_t>(n), 0);
+      for (int64_t p = 0; p < n; ++p) {
+        const int32_t t = y.ids[h * n + p];
+        ASSERT_TRUE(t >= 0 && t < n);
+        EXPECT_EQ(seen[t]++, 0);
+      }
+      for (int64_t j = 0; j < c; ++j)
+        EXPECT_EQ(y.sizes[h * c + j], y.offsets[h * (c + 1) + j + 1] - y.offsets[h * (c + 1) + j]);
+    }
+  }
+  EXPECT_GT(refused, 500);
+}
+
 TEST_F(IvfFileTest, EveryByteIsChecked) {
   // A byte of the padding after an array (not under the array's checksum) changed: refused.
   ASSERT_TRUE(write_index_file(Index(), path_, "ivf_save").ok());
