@@ -207,6 +207,26 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
   return strides;
 }
 
+bool bool_arg(py::handle obj, const char* op, const char* what) {
+  if (PyBool_Check(obj.ptr())) return obj.ptr() == Py_True;
+  const std::string type = type_name(obj);
+  if (type == "numpy.bool_" || type == "numpy.bool") return PyObject_IsTrue(obj.ptr()) == 1;
+  throw py::type_error(std::string(op) + ": " + what + " must be a bool, got " + type);
+}
+
+std::string str_arg(py::handle obj, const char* op, const char* what) {
+  if (!PyUnicode_Check(obj.ptr())) {
+    throw py::type_error(std::string(op) + ": " + what + " must be a str, got " + type_name(obj));
+  }
+  Py_ssize_t size = 0;
+  const char* text = PyUnicode_AsUTF8AndSize(obj.ptr(), &size);
+  if (text == nullptr) {
+    PyErr_Clear();
+    throw py::value_error(std::string(op) + ": " + what + " is not valid text");
+  }
+  return std::string(text, static_cast<size_t>(size));
+}
+
 std::string path_arg(py::handle obj, const char* op, const char* what) {
   py::object path;
   try {

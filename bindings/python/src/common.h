@@ -94,6 +94,13 @@ int64_t int_arg(py::handle obj, const char* op, const char* what);
 int iters_arg(py::handle obj, const char* op);
 
 /// Strides in elements of a C-contiguous array of `shape`.
+/// A bool argument (Python bool or numpy.bool_): TypeError naming `op` and `what` for anything
+/// else, so that a stray value is not taken for its truth.
+bool bool_arg(py::handle obj, const char* op, const char* what);
+
+/// A str argument: TypeError naming `op` and `what` for anything else (bytes included).
+std::string str_arg(py::handle obj, const char* op, const char* what);
+
 /// A file system path from `obj` (str, bytes or os.PathLike, through os.fspath; str encoded as
 /// os.fsencode does): TypeError for anything else, ValueError for an embedded NUL, both naming
 /// `op` and `what`.

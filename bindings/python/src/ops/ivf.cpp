@@ -95,9 +95,10 @@ class PyIndex {
     return largest_;
   }
 
-  py::object clusters(py::handle queries, py::handle n_probe_obj, bool group,
+  py::object clusters(py::handle queries, py::handle n_probe_obj, py::handle group_obj,
                       py::handle stream) const {
     CallContext ctx("Index.clusters", stream);
+    const bool group = bool_arg(group_obj, ctx.op(), "group");
     IvfProbeParams params;
     params.n_probe = int_arg(n_probe_obj, ctx.op(), "n_probe");
     params.group = group;
@@ -193,8 +194,11 @@ class PyIndex {
 
   py::object attention(py::handle queries, py::handle n_probe_obj, py::handle n_estimate_obj,
                        py::handle extra_keys, py::handle extra_values, py::handle scale_obj,
-                       bool return_lse, bool group, py::handle out, py::handle stream) const {
+                       py::handle return_lse_obj, py::handle group_obj, py::handle out,
+                       py::handle stream) const {
     CallContext ctx("Index.attention", stream);
+    const bool return_lse = bool_arg(return_lse_obj, ctx.op(), "return_lse");
+    const bool group = bool_arg(group_obj, ctx.op(), "group");
     const IvfShape& s = index.shape;
     IvfAttentionParams params;
     params.n_probe = int_arg(n_probe_obj, ctx.op(), "n_probe");
@@ -415,8 +419,8 @@ PyIndex load(py::handle path, py::handle device_obj) {
 }
 
 PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_obj,
-                     py::handle n_segments_obj, py::handle n_iters_obj, bool global_pass,
-                     bool prune, py::handle capacity_obj, py::handle max_clusters_obj,
+                     py::handle n_segments_obj, py::handle n_iters_obj, py::handle global_pass_obj,
+                     py::handle prune_obj, py::handle capacity_obj, py::handle max_clusters_obj,
                      py::handle stream) {
   CallContext ctx("ivf.build_global", stream);
   ctx.results_like(py::none());  // the index's buffer is the module's
@@ -424,8 +428,8 @@ PyIndex build_global(py::handle keys, py::handle values, py::handle n_clusters_o
   params.n_clusters = int_arg(n_clusters_obj, ctx.op(), "n_clusters");
   params.n_segments = int_arg(n_segments_obj, ctx.op(), "n_segments");
   params.n_iters = iters_arg(n_iters_obj, ctx.op());
-  params.global_pass = global_pass;
-  params.prune = prune;
+  params.global_pass = bool_arg(global_pass_obj, ctx.op(), "global_pass");
+  params.prune = bool_arg(prune_obj, ctx.op(), "prune");
   ArrayView vk = ctx.import(keys, "keys", Access::kRead);
   require_heads_tokens_dim(ctx, vk);
   std::optional<ArrayView> vv;

@@ -55,12 +55,14 @@ KmeansPoints points_of(const ArrayView& v) {
 }
 
 py::object kmeans(py::handle x, py::handle n_clusters_obj, py::handle n_iters_obj,
-                  const std::string& metric, bool center, py::handle init, py::handle seed_obj,
-                  py::handle stream) {
+                  py::handle metric_obj, py::handle center_obj, py::handle init,
+                  py::handle seed_obj, py::handle stream) {
   CallContext ctx("kmeans", stream);
   KmeansParams params;
   params.n_clusters = int_arg(n_clusters_obj, "kmeans", "n_clusters");
   params.n_iters = iters_arg(n_iters_obj, "kmeans");
+  const std::string metric = str_arg(metric_obj, "kmeans", "metric");
+  const bool center = bool_arg(center_obj, "kmeans", "center");
   if (metric == "l2") {
     params.metric = KmeansMetric::kL2;
   } else if (metric == "cosine") {
@@ -79,7 +81,7 @@ py::object kmeans(py::handle x, py::handle n_clusters_obj, py::handle n_iters_ob
 
   std::optional<ArrayView> given;
   if (py::isinstance<py::str>(init)) {
-    const std::string name = py::cast<std::string>(init);
+    const std::string name = str_arg(init, "kmeans", "init");
     if (name == "strided") {
       params.init = KmeansInit::kStrided;
     } else if (name == "random") {
