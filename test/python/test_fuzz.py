@@ -238,7 +238,7 @@ def random_arg(rng, good):
 
 
 # Where a Python call reports a C++ entry point's status, the message names that entry point.
-NATIVE_NAMES = {"kmeans": ("kmeans",), "ivf.build_global": ("ivf_build",),
+NATIVE_NAMES = {"kmeans": ("kmeans",), "ivf.build_global": ("ivf_build", "ivf_index_size"),
                 "ivf.load": ("ivf_saved_shape", "ivf_load")}
 
 

@@ -188,3 +188,10 @@ def test_ivf_load_refuses_what_is_no_path(path):
 def test_array_device_out_of_range_names_device(device):
     with pytest.raises(ValueError, match=r"cudaops\.Array: device"):
         cudaops.Array([4], device=device)
+
+
+def test_a_message_quoting_undecodable_path_bytes_is_still_text():
+    # The status quotes the path; Python decodes messages strictly (once a UnicodeDecodeError).
+    with pytest.raises(OSError) as error:
+        cudaops.ivf.load(b"/nonexistent/\xff\xfe.ivf")
+    assert "\\xff\\xfe" in str(error.value)

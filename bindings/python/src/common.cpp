@@ -5,8 +5,29 @@
 
 namespace cudaops::python {
 
+namespace {
+
+/// `text` as valid UTF-8: a message may quote a path of any bytes, and Python decodes exception
+/// messages strictly; undecodable bytes become \\xNN escapes.
+std::string printable(const std::string& text) {
+  PyObject* decoded =
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
+  if (decoded == nullptr) {
+    PyErr_Clear();
+    return "(a message that is not text)";
+  }
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(decoded, &size);
+  std::string out = utf8 != nullptr ? std::string(utf8, static_cast<size_t>(size)) : std::string();
+  if (utf8 == nullptr) PyErr_Clear();
+  Py_DECREF(decoded);
+  return out;
+}
+
+}  // namespace
+
 [[noreturn]] void throw_status(const Status& status) {
-  const std::string& text = status.message();
+  const std::string text = printable(status.message());
   switch (status.code()) {
     case StatusCode::kUnsupportedDtype:
       throw py::type_error(text);
