@@ -351,34 +351,13 @@ Status launch_attention(const AttentionCall& call, cudaStream_t stream) {
   const int64_t q_group = call.q_heads / s.heads;
   const int64_t rows = w.rows;
   const T* queries = static_cast<const T*>(call.queries);
-  auto* cluster_scores = reinterpret_cast<float*>(ws + w.cluster_scores);
-  // The ranking: ivf_clusters' (softmax weights summed over the group), or the search's.
-  const float rank_scale = call.group ? 1.0f / std::sqrt(static_cast<float>(s.dim)) : 1.0f;
-  if (Status st =
-          launch_cluster_scores(op, s, call.index, ix, queries, call.q_heads, call.n_queries,
-                                call.n_clusters, rank_scale, cluster_scores, stream);
+  const float* ranked = nullptr;
+  if (Status st = launch_ranking(
+          op, s, call.index, ix, queries, call.q_heads, call.n_queries, call.n_clusters, call.group,
+          reinterpret_cast<float*>(ws + w.cluster_scores), reinterpret_cast<float*>(ws + w.stats),
+          reinterpret_cast<float*>(ws + w.group_scores), &ranked, stream);
       !st.ok()) {
     return st;
-  }
-  const float* ranked = cluster_scores;
-  if (call.group) {
-    auto* stats = reinterpret_cast<float*>(ws + w.stats);
-    auto* grouped = reinterpret_cast<float*>(ws + w.group_scores);
-    if (Status st = launch_after(op, softmax_stats_kernel, dim3(static_cast<unsigned>(query_rows)),
-                                 kStatsThreads, 0, stream,
-                                 static_cast<const float*>(cluster_scores), call.n_clusters, stats);
-        !st.ok()) {
-      return st;
-    }
-    if (Status st = launch_after(
-            op, group_scores_kernel, dim3(blocks_for(rows * call.n_clusters, 256)), 256, 0, stream,
-            static_cast<const float*>(cluster_scores), static_cast<const float*>(stats),
-            reinterpret_cast<const int32_t*>(ix + call.index.sizes), s.heads, q_group,
-            call.n_queries, s.max_clusters, call.n_clusters, grouped);
-        !st.ok()) {
-      return st;
-    }
-    ranked = grouped;
   }
   const int64_t row_group = call.group ? 1 : q_group;
   const auto* offsets = reinterpret_cast<const int64_t*>(ix + call.index.offsets);

@@ -120,6 +120,42 @@ __global__ void __launch_bounds__(kGatherThreads)
   }
 }
 
+/// The ranking of clusters a retrieval or a decode attention chooses by, for every query row:
+/// the search's cluster scores (q . c / sqrt(D) with `group`, else q . c) and, with `group`, the
+/// softmax weights summed over each kv head's query heads (rows (kv head, query)). *ranked: the
+/// scores ranked, [rows, n_clusters] (cluster_scores, or grouped).
+template <typename T>
+Status launch_ranking(const char* op, const IvfShape& s, const IvfLayout& index,
+                      const unsigned char* ix, const T* queries, int64_t q_heads, int64_t n_queries,
+                      int64_t n_clusters, bool group, float* cluster_scores, float* stats,
+                      float* grouped, const float** ranked, cudaStream_t stream) {
+  const float scale = group ? 1.0f / std::sqrt(static_cast<float>(s.dim)) : 1.0f;
+  if (Status st = launch_cluster_scores(op, s, index, ix, queries, q_heads, n_queries, n_clusters,
+                                        scale, cluster_scores, stream);
+      !st.ok()) {
+    return st;
+  }
+  *ranked = cluster_scores;
+  if (!group) return Status();
+  const int64_t query_rows = q_heads * n_queries, rows = s.heads * n_queries;
+  if (Status st = launch_after(op, softmax_stats_kernel, dim3(static_cast<unsigned>(query_rows)),
+                               kStatsThreads, 0, stream, static_cast<const float*>(cluster_scores),
+                               n_clusters, stats);
+      !st.ok()) {
+    return st;
+  }
+  if (Status st = launch_after(op, group_scores_kernel, dim3(blocks_for(rows * n_clusters, 256)),
+                               256, 0, stream, static_cast<const float*>(cluster_scores),
+                               static_cast<const float*>(stats),
+                               reinterpret_cast<const int32_t*>(ix + index.sizes), s.heads,
+                               q_heads / s.heads, n_queries, s.max_clusters, n_clusters, grouped);
+      !st.ok()) {
+    return st;
+  }
+  *ranked = grouped;
+  return Status();
+}
+
 }  // namespace
 
 template <typename T>
@@ -134,33 +170,13 @@ Status launch_probe(const ProbeCall& call, cudaStream_t stream) {
   const int64_t group = call.q_heads / s.heads;
   const int64_t rows = call.group ? s.heads * call.n_queries : query_rows;
   const T* queries = static_cast<const T*>(call.queries);
-  auto* cluster_scores = reinterpret_cast<float*>(ws + w.cluster_scores);
-  const float scale = call.group ? 1.0f / std::sqrt(static_cast<float>(s.dim)) : 1.0f;
-  if (Status st =
-          launch_cluster_scores(op, s, call.index, ix, queries, call.q_heads, call.n_queries,
-                                call.n_clusters, scale, cluster_scores, stream);
+  const float* ranked = nullptr;
+  if (Status st = launch_ranking(
+          op, s, call.index, ix, queries, call.q_heads, call.n_queries, call.n_clusters, call.group,
+          reinterpret_cast<float*>(ws + w.cluster_scores), reinterpret_cast<float*>(ws + w.stats),
+          reinterpret_cast<float*>(ws + w.group_scores), &ranked, stream);
       !st.ok()) {
     return st;
-  }
-  const float* ranked = cluster_scores;
-  if (call.group) {
-    auto* stats = reinterpret_cast<float*>(ws + w.stats);
-    auto* grouped = reinterpret_cast<float*>(ws + w.group_scores);
-    if (Status st = launch_after(op, softmax_stats_kernel, dim3(static_cast<unsigned>(query_rows)),
-                                 kStatsThreads, 0, stream,
-                                 static_cast<const float*>(cluster_scores), call.n_clusters, stats);
-        !st.ok()) {
-      return st;
-    }
-    if (Status st = launch_after(
-            op, group_scores_kernel, dim3(blocks_for(rows * call.n_clusters, 256)), 256, 0, stream,
-            static_cast<const float*>(cluster_scores), static_cast<const float*>(stats),
-            reinterpret_cast<const int32_t*>(ix + call.index.sizes), s.heads, group, call.n_queries,
-            s.max_clusters, call.n_clusters, grouped);
-        !st.ok()) {
-      return st;
-    }
-    ranked = grouped;
   }
   // Rows of the ranking: per (kv head, query), or per (query head, query) as the search's.
   const int64_t row_group = call.group ? 1 : group;

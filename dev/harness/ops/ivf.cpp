@@ -406,6 +406,26 @@ class IvfBuildCase : public OpCase {
   DeviceIndex index_;
 };
 
+/// Queries [q_heads, n_queries, dim] near random keys of their kv heads (noise 0.3).
+ref::HostArray draw_queries(const DeviceIndex& index, int64_t q_heads, int64_t n_queries,
+                            uint64_t seed) {
+  const IvfShape& s = index.index().shape;
+  const int64_t rows = q_heads * n_queries;
+  ref::HostArray out(s.dtype, std::max<int64_t>(rows * s.dim, 1));
+  std::mt19937_64 rng(seed * 7 + 1);
+  std::normal_distribution<double> normal(0.0, 0.3);
+  const int64_t group = q_heads / s.heads;
+  const int64_t tokens = index.drawn_tokens();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t h = (r / std::max<int64_t>(n_queries, 1)) / group;
+    const int64_t t = static_cast<int64_t>(rng() % static_cast<uint64_t>(tokens));
+    const int64_t drawn = h % std::max<int64_t>(1, index.keys().size() / (tokens * s.dim));
+    for (int64_t e = 0; e < s.dim; ++e)
+      out.set(r * s.dim + e, index.keys().get((drawn * tokens + t) * s.dim + e) + normal(rng));
+  }
+  return out;
+}
+
 class IvfSearchCase : public OpCase {
  public:
   explicit IvfSearchCase(const CaseConfig& config) : config_(config) {}
@@ -416,7 +436,6 @@ class IvfSearchCase : public OpCase {
     if (cudaDeviceSynchronize() != cudaSuccess) {
       return Status(StatusCode::kCudaError, "ivf_search: building the index failed");
     }
-    const IvfShape& s = index_.index().shape;
     queries_.q_heads = dim_value(config_.dims, "q_heads");
     queries_.n_queries = dim_value(config_.dims, "queries", 1);
     params_.k = dim_value(config_.dims, "k");
@@ -428,19 +447,7 @@ class IvfSearchCase : public OpCase {
       return st;
     }
     const int64_t rows = queries_.q_heads * queries_.n_queries;
-    host_queries_ = ref::HostArray(s.dtype, std::max<int64_t>(rows * s.dim, 1));
-    std::mt19937_64 rng(config_.seed * 7 + 1);
-    std::normal_distribution<double> normal(0.0, 0.3);
-    const int64_t group = queries_.q_heads / s.heads;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t h = (r / std::max<int64_t>(queries_.n_queries, 1)) / group;
-      const int64_t t = static_cast<int64_t>(rng() % static_cast<uint64_t>(s.capacity));
-      const int64_t drawn = h % std::max<int64_t>(1, index_.keys().size() / (s.capacity * s.dim));
-      for (int64_t e = 0; e < s.dim; ++e) {
-        host_queries_.set(r * s.dim + e,
-                          index_.keys().get((drawn * s.capacity + t) * s.dim + e) + normal(rng));
-      }
-    }
+    host_queries_ = draw_queries(index_, queries_.q_heads, queries_.n_queries, config_.seed);
     Status st = d_queries_.allocate(host_queries_.size_bytes());
     if (st.ok() && cudaMemcpy(d_queries_.get(), host_queries_.data(),
                               static_cast<size_t>(host_queries_.size_bytes()),
@@ -520,26 +527,6 @@ class IvfSearchCase : public OpCase {
   DeviceBuffer d_queries_, scores_, ids_, workspace_;
   size_t workspace_bytes_ = 0;
 };
-
-/// Queries [q_heads, n_queries, dim] near random keys of their kv heads (noise 0.3).
-ref::HostArray draw_queries(const DeviceIndex& index, int64_t q_heads, int64_t n_queries,
-                            uint64_t seed) {
-  const IvfShape& s = index.index().shape;
-  const int64_t rows = q_heads * n_queries;
-  ref::HostArray out(s.dtype, std::max<int64_t>(rows * s.dim, 1));
-  std::mt19937_64 rng(seed * 7 + 1);
-  std::normal_distribution<double> normal(0.0, 0.3);
-  const int64_t group = q_heads / s.heads;
-  const int64_t tokens = index.drawn_tokens();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t h = (r / std::max<int64_t>(n_queries, 1)) / group;
-    const int64_t t = static_cast<int64_t>(rng() % static_cast<uint64_t>(tokens));
-    const int64_t drawn = h % std::max<int64_t>(1, index.keys().size() / (tokens * s.dim));
-    for (int64_t e = 0; e < s.dim; ++e)
-      out.set(r * s.dim + e, index.keys().get((drawn * tokens + t) * s.dim + e) + normal(rng));
-  }
-  return out;
-}
 
 /// ivf_attention: the decode step over an index built from the bench's keys, queries near them,
 /// `extra` tokens per kv head more (copies of random keys with noise), zones by `group`.
