@@ -13,7 +13,7 @@ namespace {
 
 struct RunOptions {
   std::string op;
-  std::string dtype = "float32";
+  std::string dtype;  // empty: the op's default (dtype_for_op)
   int64_t offset = 0;
   bool check = false;
   TimingOptions timing;
@@ -101,8 +101,9 @@ Command add_run_command(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* parser = app.add_subcommand("run", "run one op on random inputs: check it and time it");
   parser->add_option("op", options->op, "op name (see `cudaops list`)")->required();
-  parser->add_option("--dtype", options->dtype, "float32, float16 or bfloat16")
-      ->capture_default_str();
+  parser->add_option("--dtype", options->dtype,
+                     "float32, float16 or bfloat16 (default: float32 where the op takes it, else "
+                     "its first dtype, as `cudaops list` shows)");
   parser->add_flag("--check", options->check,
                    "compare with the double-precision CPU reference (exit 1 if over tolerance)");
   parser

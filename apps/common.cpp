@@ -78,6 +78,13 @@ std::string dtype_list(const harness::OpDescriptor& op) {
 }
 
 DType dtype_for_op(const harness::OpDescriptor& op, const std::string& text) {
+  // No --dtype: float32 where the op takes it, else its first, so that every op's defaults run.
+  if (text.empty()) {
+    for (DType supported : op.dtypes) {
+      if (supported == DType::kFloat32) return supported;
+    }
+    if (!op.dtypes.empty()) return op.dtypes.front();
+  }
   DType dtype;
   if (!parse_dtype(text, &dtype).ok()) {
     throw UsageError{"--dtype: unknown dtype '" + text + "'; " + op.name + " takes " +

@@ -43,7 +43,8 @@ void add_timing_options(CLI::App* command, TimingOptions* options);
 const CLI::Validator& non_negative_integer();
 const CLI::Validator& positive_integer();
 
-/// Parses and checks a dtype for an op; throws UsageError.
+/// The dtype --dtype names (empty: float32 where the op takes it, else its first), or a
+/// UsageError naming what the op takes.
 DType dtype_for_op(const harness::OpDescriptor& op, const std::string& text);
 
 /// Comma-separated dtype names of an op.
