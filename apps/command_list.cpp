@@ -8,6 +8,28 @@
 
 namespace cudaops::cli {
 
+void print_op(const harness::OpDescriptor& op, int width) {
+  std::printf("%-*s  %s\n", width, op.name.c_str(), op.summary.c_str());
+  std::printf("%-*s    dtypes: %s\n", width, "", dtype_list(op).c_str());
+  for (const auto& dim : op.dims) {
+    std::string fallback = std::to_string(dim.default_value);
+    std::string words;
+    for (const auto& [word, value] : dim.words) {
+      if (value == dim.default_value) fallback = word;
+      words += (words.empty() ? "" : ", ") + word;
+    }
+    if (dim.flag) {
+      std::printf("%-*s    --%s: %s (a switch)\n", width, "", dim.name.c_str(), dim.help.c_str());
+    } else if (!words.empty()) {
+      std::printf("%-*s    --%s: %s (one of %s; default %s)\n", width, "", dim.name.c_str(),
+                  dim.help.c_str(), words.c_str(), fallback.c_str());
+    } else {
+      std::printf("%-*s    --%s: %s (default %s)\n", width, "", dim.name.c_str(), dim.help.c_str(),
+                  fallback.c_str());
+    }
+  }
+}
+
 Command add_list_command(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   CLI::App* parser = app.add_subcommand("list", "list the ops, their dtypes and shape options");
@@ -44,23 +66,8 @@ Command add_list_command(CLI::App& app) {
             int width = 0;  // the longest name, so that the summaries line up
             for (const auto& op : ops)
               width = std::max(width, static_cast<int>(op.name.size()));
-            for (const auto& op : ops) {
-              std::printf("%-*s  %s\n", width, op.name.c_str(), op.summary.c_str());
-              std::printf("%-*s    dtypes: %s\n", width, "", dtype_list(op).c_str());
-              for (const auto& dim : op.dims) {
-                std::string fallback = std::to_string(dim.default_value);
-                for (const auto& [word, value] : dim.words) {
-                  if (value == dim.default_value) fallback = word;
-                }
-                if (dim.flag) {
-                  std::printf("%-*s    --%s: %s (a switch)\n", width, "", dim.name.c_str(),
-                              dim.help.c_str());
-                } else {
-                  std::printf("%-*s    --%s: %s (default %s)\n", width, "", dim.name.c_str(),
-                              dim.help.c_str(), fallback.c_str());
-                }
-              }
-            }
+            for (const auto& op : ops)
+              print_op(op, width);
             return kExitOk;
           }};
 }

@@ -4,6 +4,8 @@
 
 #include <functional>
 
+#include "harness/registry.h"
+
 namespace cudaops::cli {
 
 /// A subcommand: its CLI11 parser and what runs when it was chosen (returns the exit code;
@@ -14,6 +16,9 @@ struct Command {
 };
 
 Command add_list_command(CLI::App& app);
+/// One op as `cudaops list` and `cudaops run OP --help` show it: summary, dtypes and its own
+/// options with their meanings and defaults, the names indented past `width` columns.
+void print_op(const harness::OpDescriptor& op, int width);
 Command add_run_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_info_command(CLI::App& app);

@@ -36,6 +36,21 @@ int run(int argc, char** argv) {
                  argv[1], names.c_str());
     return kExitUsage;
   }
+  // `cudaops run OP --help`: that op's own options, then the options every op takes.
+  if (argc > 3 && std::string(argv[1]) == "run") {
+    bool help = false;
+    for (int i = 3; i < argc; ++i)
+      help = help || std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h";
+    if (const harness::OpDescriptor* op = harness::find_op(argv[2]); help && op != nullptr) {
+      std::printf("cudaops run %s [options]\n\n", op->name.c_str());
+      print_op(*op, 0);
+      std::printf(
+          "\nWithout --dtype: float32 where the op takes it, else its first dtype.\n"
+          "The options every op takes (--check, --dtype, --offset, --iters, --calls, "
+          "--json, ...): cudaops run --help\n");
+      return kExitOk;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --version
