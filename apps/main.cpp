@@ -16,7 +16,13 @@ namespace {
 
 int run(int argc, char** argv) {
   CLI::App app{"cudaops: run, check and benchmark the operators of libcudaops", "cudaops"};
-  app.set_version_flag("--version", cudaops::version_string());
+  // What a bug report needs: the version, the CUDA runtime built against and the GPU code carried.
+  const int runtime = cudaops::build_cuda_runtime_version();
+  const std::string version = std::string("cudaops ") + cudaops::version_string() +
+                              " (CUDA runtime " + std::to_string(runtime / 1000) + "." +
+                              std::to_string(runtime % 1000 / 10) + ", architectures " +
+                              cudaops::build_cuda_architectures() + ")";
+  app.set_version_flag("--version,-V", version);
   app.require_subcommand(1);
   const std::vector<Command> commands = {add_list_command(app),  add_run_command(app),
                                          add_bench_command(app), add_info_command(app),
