@@ -34,7 +34,7 @@ MARK = "<!-- gpu: {} -->"
 
 
 # Sizes shown only where they differ from these (the options every standard shape shares).
-USUAL = {"pad": 0, "largest": 1, "sorted": 1, "index32": 0, "center": 0}
+USUAL = {"pad": 0, "largest": 1, "sorted": 1, "index32": 0, "center": 0, "keys_model": 0}
 
 
 def shape_text(dims):

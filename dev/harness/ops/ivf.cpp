@@ -23,6 +23,7 @@
 
 #include "cudaops/ivf.h"
 #include "harness/device_buffer.h"
+#include "harness/key_models.h"
 #include "harness/registry.h"
 #include "reference/ivf.h"
 #include "reference/kmeans.h"
@@ -239,6 +240,15 @@ class DeviceIndex {
  private:
   void draw() {
     const IvfShape& s = index_.shape;
+    const auto model = static_cast<KeyModel>(dim_value(config_.dims, "keys_model", 0));
+    if (model != KeyModel::kMix8) {
+      draw_keys(model, config_.seed, unique_, total_, s.dim, &keys_);
+      std::mt19937_64 rng(config_.seed * 104729 + 5);
+      std::normal_distribution<double> normal(0.0, 1.0);
+      for (int64_t i = 0; i < unique_ * total_ * s.value_dim; ++i)
+        values_.set(i, normal(rng));
+      return;
+    }
     std::mt19937_64 rng(config_.seed * 104729 + 3);
     std::normal_distribution<double> normal(0.0, 1.0);
     std::vector<double> offset(static_cast<size_t>(s.dim)), dirs(static_cast<size_t>(8 * s.dim));
@@ -407,11 +417,26 @@ class IvfBuildCase : public OpCase {
 };
 
 /// Queries [q_heads, n_queries, dim] near random keys of their kv heads (noise 0.3).
-ref::HostArray draw_queries(const DeviceIndex& index, int64_t q_heads, int64_t n_queries,
-                            uint64_t seed) {
+ref::HostArray index_queries(const DeviceIndex& index, int64_t q_heads, int64_t n_queries,
+                             uint64_t seed, KeyModel model) {
   const IvfShape& s = index.index().shape;
   const int64_t rows = q_heads * n_queries;
   ref::HostArray out(s.dtype, std::max<int64_t>(rows * s.dim, 1));
+  if (model != KeyModel::kMix8) {
+    // The model's queries for the drawn heads; a head that repeats a drawn one takes its queries.
+    const int64_t tokens = index.drawn_tokens(), group = q_heads / s.heads;
+    const int64_t unique = std::max<int64_t>(1, index.keys().size() / (tokens * s.dim));
+    ref::HostArray drawn(s.dtype, unique * group * n_queries * s.dim);
+    draw_queries(model, seed, index.keys(), unique, tokens, s.dim, unique * group, n_queries,
+                 &drawn);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t g = r / n_queries, q = r % n_queries;
+      const int64_t from = (((g / group) % unique) * group + g % group) * n_queries + q;
+      for (int64_t e = 0; e < s.dim; ++e)
+        out.set(r * s.dim + e, drawn.get(from * s.dim + e));
+    }
+    return out;
+  }
   std::mt19937_64 rng(seed * 7 + 1);
   std::normal_distribution<double> normal(0.0, 0.3);
   const int64_t group = q_heads / s.heads;
@@ -447,7 +472,8 @@ class IvfSearchCase : public OpCase {
       return st;
     }
     const int64_t rows = queries_.q_heads * queries_.n_queries;
-    host_queries_ = draw_queries(index_, queries_.q_heads, queries_.n_queries, config_.seed);
+    host_queries_ = index_queries(index_, queries_.q_heads, queries_.n_queries, config_.seed,
+                                  static_cast<KeyModel>(dim_value(config_.dims, "keys_model", 0)));
     Status st = d_queries_.allocate(host_queries_.size_bytes());
     if (st.ok() && cudaMemcpy(d_queries_.get(), host_queries_.data(),
                               static_cast<size_t>(host_queries_.size_bytes()),
@@ -553,7 +579,8 @@ class IvfAttentionCase : public OpCase {
       return st;
     }
     const int64_t rows = queries_.q_heads * queries_.n_queries;
-    host_queries_ = draw_queries(index_, queries_.q_heads, queries_.n_queries, config_.seed);
+    host_queries_ = index_queries(index_, queries_.q_heads, queries_.n_queries, config_.seed,
+                                  static_cast<KeyModel>(dim_value(config_.dims, "keys_model", 0)));
     // The extras: keys near random keys of their head, Gaussian values.
     const int64_t x = extra_.tokens;
     host_extra_keys_ = ref::HostArray(s.dtype, std::max<int64_t>(s.heads * x * s.dim, 1));
@@ -845,7 +872,12 @@ std::vector<DimSpec> index_dims() {
            "or dense (global, every token against every cluster)",
            0,
            {{"global", 0}, {"segments", 1}, {"dense", 2}}},
-          {"values", "values as well as keys (1) or keys alone (0)", 1}};
+          {"values", "values as well as keys (1) or keys alone (0)", 1},
+          {"keys_model",
+           "the keys' model (dev/harness/key_models.h): mix8 (eight directions and an offset), "
+           "gaussian (isotropic), llm (offset, outlier channels, drifting low-rank content, RoPE)",
+           0,
+           {{"mix8", 0}, {"gaussian", 1}, {"llm", 2}}}};
 }
 
 /// The build's sizes of a case, checked by the library.
