@@ -119,20 +119,6 @@ bool write_all(int fd, const void* data, size_t bytes) {
   return true;
 }
 
-bool read_all(int fd, uint64_t offset, void* data, size_t bytes) {
-  auto* p = static_cast<unsigned char*>(data);
-  while (bytes > 0) {
-    const ssize_t n =
-        ::pread(fd, p, std::min<size_t>(bytes, size_t{1} << 30), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return true;
-}
-
 bool write_zeros(int fd, uint64_t count) {
   static const unsigned char zeros[kAlign] = {};
   while (count > 0) {
@@ -296,7 +282,7 @@ Status ArrayFile::open(const std::string& path, std::string_view kind, const cha
   const uint64_t size = trusted.size();
   file.fd_ = trusted.release();
   unsigned char header[kHeaderBytes];
-  if (size < kHeaderBytes || !read_all(file.fd_, 0, header, kHeaderBytes)) {
+  if (size < kHeaderBytes || !read_fully(file.fd_, 0, header, kHeaderBytes)) {
     return file_error(
         o, path,
         "is truncated: " + std::to_string(size) + " bytes, shorter than the 64-byte header");
@@ -340,7 +326,7 @@ Status ArrayFile::open(const std::string& path, std::string_view kind, const cha
     return file_error(o, path, "has a table that does not fit the file");
   }
   std::vector<unsigned char> table(size_t{count} * kEntryBytes);
-  if (!read_all(file.fd_, table_at, table.data(), table.size())) {
+  if (!read_fully(file.fd_, table_at, table.data(), table.size())) {
     return file_error(o, path, "cannot read its table: " + errno_text(errno));
   }
   if (crc32(table.data(), table.size()) != get_u32(header + 28)) {
@@ -403,7 +389,7 @@ Status ArrayFile::read(const ArrayInfo& info, void* dst) const {
   if (info.bytes > 0 && dst == nullptr) {
     return Status(StatusCode::kInvalidArgument, op_ + ": dst must not be null");
   }
-  if (!read_all(fd_, info.offset, dst, static_cast<size_t>(info.bytes))) {
+  if (!read_fully(fd_, info.offset, dst, static_cast<size_t>(info.bytes))) {
     return file_error(op_, path_, "cannot read array '" + info.name + "': " + errno_text(errno));
   }
   if (crc32(dst, static_cast<size_t>(info.bytes)) != info.crc) {
@@ -431,7 +417,7 @@ Status ArrayFile::verify() const {
   const auto zero = [&](uint64_t from, uint64_t to) {
     while (from < to) {
       const auto n = static_cast<size_t>(std::min<uint64_t>(to - from, kChunk));
-      if (!read_all(fd_, from, chunk.data(), n)) return false;
+      if (!read_fully(fd_, from, chunk.data(), n)) return false;
       for (size_t i = 0; i < n; ++i) {
         if (chunk[i] != 0) return false;
       }
@@ -449,7 +435,7 @@ Status ArrayFile::verify() const {
     uint32_t crc = 0;
     for (uint64_t done = 0; done < info->bytes;) {
       const auto n = static_cast<size_t>(std::min<uint64_t>(info->bytes - done, kChunk));
-      if (!read_all(fd_, info->offset + done, chunk.data(), n)) {
+      if (!read_fully(fd_, info->offset + done, chunk.data(), n)) {
         return file_error(op_, path_,
                           "cannot read array '" + info->name + "': " + errno_text(errno));
       }

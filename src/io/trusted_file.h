@@ -15,6 +15,22 @@
 
 namespace cudaops::detail {
 
+/// Reads `bytes` bytes at `offset` of `fd` into dst (in pieces of at most 1 GiB, again after an
+/// interruption); false on a short read or an error.
+inline bool read_fully(int fd, uint64_t offset, void* dst, size_t bytes) {
+  auto* p = static_cast<unsigned char*>(dst);
+  while (bytes > 0) {
+    const size_t piece = bytes < (size_t{1} << 30) ? bytes : (size_t{1} << 30);
+    const ssize_t n = ::pread(fd, p, piece, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
+  }
+  return true;
+}
+
 /// A read-only descriptor, closed with the object.
 class TrustedFile {
  public:
@@ -63,17 +79,7 @@ class TrustedFile {
 
   /// Reads `bytes` bytes at `offset` into dst (in pieces of at most 1 GiB); false on a short read.
   bool read_at(uint64_t offset, void* dst, size_t bytes) const {
-    auto* p = static_cast<unsigned char*>(dst);
-    while (bytes > 0) {
-      const size_t piece = bytes < (size_t{1} << 30) ? bytes : (size_t{1} << 30);
-      const ssize_t n = ::pread(fd_, p, piece, static_cast<off_t>(offset));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      p += n;
-      bytes -= static_cast<size_t>(n);
-      offset += static_cast<uint64_t>(n);
-    }
-    return true;
+    return read_fully(fd_, offset, dst, bytes);
   }
 
   int fd() const { return fd_; }

@@ -56,6 +56,37 @@ IvfBuildParams build_params_of(const CaseConfig& config) {
   return p;
 }
 
+/// The index a case's query ops run on, as its sizes say (no buffer): for their size queries.
+IvfIndex held_of(const CaseConfig& config) {
+  IvfIndex index;
+  index.shape = shape_of(config);
+  index.tokens = dim_value(config.dims, "seq");
+  index.n_clusters = build_params_of(config).n_clusters;
+  return index;
+}
+
+/// The query rows of a case (no data).
+IvfQueries queries_of(const CaseConfig& config) {
+  IvfQueries queries;
+  queries.q_heads = dim_value(config.dims, "q_heads");
+  queries.n_queries = dim_value(config.dims, "queries", 1);
+  return queries;
+}
+
+IvfAttentionParams attention_params_of(const CaseConfig& config) {
+  IvfAttentionParams params;
+  params.n_probe = dim_value(config.dims, "n_probe");
+  params.n_estimate = dim_value(config.dims, "n_estimate", 0);
+  params.group = dim_value(config.dims, "group", 1) != 0;
+  return params;
+}
+
+IvfExtra extra_of(const CaseConfig& config) {
+  IvfExtra extra;
+  extra.tokens = dim_value(config.dims, "extra", 0);
+  return extra;
+}
+
 /// An index built on the device from host-drawn keys, with what the checks need.
 class DeviceIndex {
  public:
@@ -461,8 +492,7 @@ class IvfSearchCase : public OpCase {
     if (cudaDeviceSynchronize() != cudaSuccess) {
       return Status(StatusCode::kCudaError, "ivf_search: building the index failed");
     }
-    queries_.q_heads = dim_value(config_.dims, "q_heads");
-    queries_.n_queries = dim_value(config_.dims, "queries", 1);
+    queries_ = queries_of(config_);
     params_.k = dim_value(config_.dims, "k");
     params_.n_probe = dim_value(config_.dims, "n_probe");
     params_.max_candidates = dim_value(config_.dims, "max_candidates", 0);
@@ -567,12 +597,9 @@ class IvfAttentionCase : public OpCase {
       return Status(StatusCode::kCudaError, "ivf_attention: building the index failed");
     }
     const IvfShape& s = index_.index().shape;
-    queries_.q_heads = dim_value(config_.dims, "q_heads");
-    queries_.n_queries = dim_value(config_.dims, "queries", 1);
-    params_.n_probe = dim_value(config_.dims, "n_probe");
-    params_.n_estimate = dim_value(config_.dims, "n_estimate", 0);
-    params_.group = dim_value(config_.dims, "group", 1) != 0;
-    extra_.tokens = dim_value(config_.dims, "extra", 0);
+    queries_ = queries_of(config_);
+    params_ = attention_params_of(config_);
+    extra_ = extra_of(config_);
     size_t bytes = 0;
     if (Status st = ivf_attention_workspace_size(index_.index(), queries_, params_, extra_, &bytes);
         !st.ok()) {
@@ -944,13 +971,8 @@ OpDescriptor search_descriptor() {
   op.headline_shapes = op.bench_shapes;
   op.validate = [](const CaseConfig& config) {
     if (Status s = validate_build(config); !s.ok()) return s;
-    IvfIndex index;
-    index.shape = shape_of(config);
-    index.tokens = dim_value(config.dims, "seq");
-    index.n_clusters = build_params_of(config).n_clusters;
-    IvfQueries queries;
-    queries.q_heads = dim_value(config.dims, "q_heads");
-    queries.n_queries = dim_value(config.dims, "queries", 1);
+    const IvfIndex index = held_of(config);
+    const IvfQueries queries = queries_of(config);
     IvfSearchParams params;
     params.k = dim_value(config.dims, "k");
     params.n_probe = dim_value(config.dims, "n_probe");
@@ -983,12 +1005,9 @@ OpDescriptor extend_descriptor() {
   op.headline_shapes = op.bench_shapes;
   op.validate = [](const CaseConfig& config) {
     if (Status s = validate_build(config); !s.ok()) return s;
-    IvfIndex index;
-    index.shape = shape_of(config);
+    IvfIndex index = held_of(config);
     index.shape.capacity += dim_value(config.dims, "new_tokens");
     index.shape.max_clusters += dim_value(config.dims, "new_clusters");
-    index.tokens = dim_value(config.dims, "seq");
-    index.n_clusters = build_params_of(config).n_clusters;
     IvfInput input;
     input.seq = dim_value(config.dims, "new_tokens");
     IvfExtendParams params;
@@ -1025,24 +1044,9 @@ OpDescriptor attention_descriptor() {
   op.headline_shapes = {op.bench_shapes[0]};
   op.validate = [](const CaseConfig& config) {
     if (Status s = validate_build(config); !s.ok()) return s;
-    IvfIndex index;
-    index.shape = shape_of(config);
-    if (index.shape.value_dim == 0) {
-      return Status(StatusCode::kInvalidArgument, "ivf_attention: --values must be 1");
-    }
-    index.tokens = dim_value(config.dims, "seq");
-    index.n_clusters = build_params_of(config).n_clusters;
-    IvfQueries queries;
-    queries.q_heads = dim_value(config.dims, "q_heads");
-    queries.n_queries = dim_value(config.dims, "queries", 1);
-    IvfAttentionParams params;
-    params.n_probe = dim_value(config.dims, "n_probe");
-    params.n_estimate = dim_value(config.dims, "n_estimate", 0);
-    params.group = dim_value(config.dims, "group", 1) != 0;
-    IvfExtra extra;
-    extra.tokens = dim_value(config.dims, "extra", 0);
-    size_t bytes = 0;
-    return ivf_attention_workspace_size(index, queries, params, extra, &bytes);
+    size_t bytes = 0;  // the library refuses an index of keys alone (--values 0) itself
+    return ivf_attention_workspace_size(held_of(config), queries_of(config),
+                                        attention_params_of(config), extra_of(config), &bytes);
   };
   op.make_case = make_prepared<IvfAttentionCase>;
   return op;
