@@ -124,6 +124,14 @@ CUDAOPS_EXPORT Status ivf_extend(const IvfInput& input, const IvfExtendParams& p
                                  IvfIndex* index, void* d_workspace, size_t workspace_bytes,
                                  cudaStream_t stream);
 
+/// Copies the held tokens and clusters of `from` into `to`, an index buffer of another size: to
+/// grow an index past its room (a buffer of larger capacity and max_clusters) or to shrink one to
+/// what it holds. `to->shape` must match `from.shape` in heads, dim, value_dim and dtype and hold
+/// from's tokens and clusters; `to->data` is ivf_index_size(to->shape) bytes, 256-byte aligned,
+/// not overlapping `from`'s buffer. Sets to->tokens and to->n_clusters. Copies alone (no kernel):
+/// the order of `stream`, no host synchronisation.
+CUDAOPS_EXPORT Status ivf_copy(const IvfIndex& from, IvfIndex* to, cudaStream_t stream);
+
 // Search: query head g reads kv head g / (Hq / H) (grouped-query attention). Each query scores
 // the head's centroids (q . c with the centroids in the keys' dtype, float32 accumulation; empty
 // clusters never probed), takes the n_probe best (ties to the lower cluster), scores every token

@@ -3,6 +3,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cuda_runtime_api.h>
+
+#include <sstream>
+#include <string>
+
 #include "cudaops/ivf.h"
 #include "ivf/ivf_plan.h"
 
@@ -117,6 +122,72 @@ Status ivf_extend(const IvfInput& input, const IvfExtendParams& params, IvfIndex
     index->n_clusters += params.n_clusters;
   }
   return s;
+}
+
+Status ivf_copy(const IvfIndex& from, IvfIndex* to, cudaStream_t stream) {
+  constexpr const char* kOp = "ivf_copy";
+  if (to == nullptr) return detail::ivf::invalid(kOp, "to must not be null");
+  IvfLayout a, b;
+  if (Status s = detail::ivf::layout_of(kOp, from.shape, &a); !s.ok()) return s;
+  if (Status s = detail::ivf::check_held(kOp, from); !s.ok()) return s;
+  if (Status s = detail::ivf::check_index_data(kOp, from, "from.data"); !s.ok()) return s;
+  if (Status s = detail::ivf::layout_of(kOp, to->shape, &b); !s.ok()) return s;
+  const IvfShape &fs = from.shape, &ts = to->shape;
+  if (ts.heads != fs.heads || ts.dim != fs.dim || ts.value_dim != fs.value_dim ||
+      ts.dtype != fs.dtype) {
+    return detail::ivf::invalid(kOp, "to->shape must have from's heads, dim, value_dim and dtype");
+  }
+  if (ts.capacity < from.tokens || ts.max_clusters < from.n_clusters) {
+    std::ostringstream text;
+    text << "to->shape (capacity " << ts.capacity << ", max_clusters " << ts.max_clusters
+         << ") must hold from's " << from.tokens << " tokens and " << from.n_clusters
+         << " clusters";
+    return detail::ivf::invalid(kOp, text.str());
+  }
+  if (Status s = detail::ivf::check_index_data(kOp, *to, "to->data"); !s.ok()) return s;
+  const auto* src = static_cast<const unsigned char*>(from.data);
+  auto* dst = static_cast<unsigned char*>(to->data);
+  if (src < dst + b.bytes && dst < src + a.bytes) {
+    return detail::ivf::invalid(kOp, "to->data must not overlap from.data");
+  }
+  const size_t h = static_cast<size_t>(fs.heads);
+  const size_t elem = dtype_size(fs.dtype);
+  const size_t d = static_cast<size_t>(fs.dim), dv = static_cast<size_t>(fs.value_dim);
+  const size_t held = static_cast<size_t>(from.tokens), n = static_cast<size_t>(from.n_clusters);
+  const size_t fc = static_cast<size_t>(fs.capacity), tc = static_cast<size_t>(ts.capacity);
+  const size_t fm = static_cast<size_t>(fs.max_clusters), tm = static_cast<size_t>(ts.max_clusters);
+  // One strided copy per array: H rows of what is held, from one row pitch to the other.
+  struct Rows {
+    size_t from_offset, to_offset, width, from_pitch, to_pitch, height;
+  };
+  const Rows rows[] = {
+      {a.means, b.means, d * 4, d * 4, d * 4, h},
+      {a.centroids, b.centroids, n * d * 4, fm * d * 4, tm * d * 4, h},
+      {a.centroids_lp, b.centroids_lp, n * d * elem, fm * d * elem, tm * d * elem, h},
+      {a.offsets, b.offsets, (n + 1) * 8, (fm + 1) * 8, (tm + 1) * 8, h},
+      {a.sizes, b.sizes, n * 4, fm * 4, tm * 4, h},
+      {a.ids, b.ids, held * 4, fc * 4, tc * 4, h},
+      {a.keys, b.keys, held * d * elem, fc * d * elem, tc * d * elem, h},
+      {a.values, b.values, held * dv * elem, fc * dv * elem, tc * dv * elem, h},
+      {a.value_sums, b.value_sums, n * dv * 4, fm * dv * 4, tm * dv * 4, h},
+      {a.key_means, b.key_means, n * d * elem, fm * d * elem, tm * d * elem, h},
+      {a.largest, b.largest, 4, 4, 4, 1},
+  };
+  for (const Rows& r : rows) {
+    if (r.width == 0) continue;
+    if (const cudaError_t e =
+            cudaMemcpy2DAsync(dst + r.to_offset, r.to_pitch, src + r.from_offset, r.from_pitch,
+                              r.width, r.height, cudaMemcpyDeviceToDevice, stream);
+        e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Status(StatusCode::kCudaError,
+                    std::string(kOp) + ": cudaMemcpy2DAsync: " + cudaGetErrorString(e),
+                    static_cast<int>(e));
+    }
+  }
+  to->tokens = from.tokens;
+  to->n_clusters = from.n_clusters;
+  return Status();
 }
 
 }  // namespace cudaops

@@ -1021,5 +1021,98 @@ TEST(IvfFile, SaveLoadSearchesTheSame) {
   ASSERT_EQ(std::system(command.c_str()), 0);
 }
 
+// Copied into a larger buffer (poisoned), then into one of exactly its size: the same search
+// results, bit for bit; the larger copy then takes an extension past the first buffer's room.
+TEST(IvfCopy, GrowAndShrinkSearchTheSame) {
+  if (!HasTensorCores()) GTEST_SKIP() << "needs compute capability 7.5";
+  SearchCase c;
+  c.build.heads = 2;
+  c.build.seq = 1200;
+  c.build.dim = 64;
+  c.build.clusters = 24;
+  c.build.segments = 2;
+  c.q_heads = 4;
+  c.n_queries = 2;
+  const HostArray keys = Keys(c.build, 23);
+  DeviceIndex dev;
+  ASSERT_TRUE(BuildKept(c.build, keys, &dev));
+  const HostArray queries = Queries(c, keys, 6);
+  const std::vector<double> want = SearchOn(dev.index, queries, c.q_heads, c.n_queries, 30, 5);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  IvfIndex grown;
+  grown.shape = dev.index.shape;
+  grown.shape.capacity = 2400;
+  grown.shape.max_clusters = 48;
+  IvfLayout layout;
+  ASSERT_TRUE(ivf_index_size(grown.shape, &layout).ok());
+  DeviceBuffer big;
+  ASSERT_TRUE(big.allocate(static_cast<int64_t>(layout.bytes)).ok());
+  cudaMemset(big.get(), 0xff, layout.bytes);
+  grown.data = big.get();
+  ASSERT_TRUE(ivf_copy(dev.index, &grown, stream).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(grown.tokens, 1200);
+  EXPECT_EQ(grown.n_clusters, 24);
+  EXPECT_EQ(SearchOn(grown, queries, c.q_heads, c.n_queries, 30, 5), want);
+  IvfIndex tight;
+  tight.shape = grown.shape;
+  tight.shape.capacity = 1200;
+  tight.shape.max_clusters = 24;
+  ASSERT_TRUE(ivf_index_size(tight.shape, &layout).ok());
+  DeviceBuffer small;
+  ASSERT_TRUE(small.allocate(static_cast<int64_t>(layout.bytes)).ok());
+  tight.data = small.get();
+  ASSERT_TRUE(ivf_copy(grown, &tight, stream).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(SearchOn(tight, queries, c.q_heads, c.n_queries, 30, 5), want);
+  // The grown index takes 1200 more tokens: every cluster probed is then exact search.
+  Case more = c.build;
+  more.seq = 2400;
+  const HostArray all = Keys(more, 23);
+  HostArray rest(c.build.dtype, 2 * 1200 * 64);
+  for (int64_t h = 0; h < 2; ++h) {
+    std::memcpy(static_cast<unsigned char*>(rest.data()) + h * 1200 * 64 * 2,
+                static_cast<const unsigned char*>(all.data()) + (h * 2400 + 1200) * 64 * 2,
+                1200 * 64 * 2);
+  }
+  DeviceBuffer d_rest, workspace;
+  ASSERT_TRUE(d_rest.allocate(rest.size_bytes()).ok());
+  cudaMemcpy(d_rest.get(), rest.data(), static_cast<size_t>(rest.size_bytes()),
+             cudaMemcpyHostToDevice);
+  IvfInput input;
+  input.keys = d_rest.get();
+  input.seq = 1200;
+  IvfExtendParams params;
+  params.n_clusters = 24;
+  params.n_iters = 3;
+  size_t bytes = 0;
+  ASSERT_TRUE(ivf_extend_workspace_size(grown, input, params, &bytes).ok());
+  ASSERT_TRUE(workspace.allocate(static_cast<int64_t>(bytes)).ok());
+  ASSERT_TRUE(ivf_extend(input, params, &grown, workspace.get(), bytes, stream).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(grown.tokens, 2400);
+  // The extended keys are the second half of `all` drawn for 2400 tokens; the first half of
+  // `all` differs from `keys`, so the reference joins keys and rest head by head.
+  HostArray joined(c.build.dtype, 2 * 2400 * 64);
+  for (int64_t h = 0; h < 2; ++h) {
+    std::memcpy(static_cast<unsigned char*>(joined.data()) + h * 2400 * 64 * 2,
+                static_cast<const unsigned char*>(keys.data()) + h * 1200 * 64 * 2, 1200 * 64 * 2);
+    std::memcpy(static_cast<unsigned char*>(joined.data()) + (h * 2400 + 1200) * 64 * 2,
+                static_cast<const unsigned char*>(rest.data()) + h * 1200 * 64 * 2, 1200 * 64 * 2);
+  }
+  ref::IvfShape shape;
+  shape.heads = 2;
+  shape.seq = 2400;
+  shape.dim = 64;
+  const ref::IvfSearchReference exact =
+      ref::exact_search(joined, queries, shape, c.q_heads, c.n_queries, 30);
+  const std::vector<double> got = SearchOn(grown, queries, c.q_heads, c.n_queries, 30, 48);
+  for (size_t i = 0; i < exact.scores.size(); ++i) {
+    EXPECT_NEAR(got[i], exact.scores[i], 1e-3 * (1 + std::abs(exact.scores[i]))) << i;
+  }
+  cudaStreamDestroy(stream);
+}
+
 }  // namespace
 }  // namespace cudaops

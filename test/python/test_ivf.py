@@ -190,8 +190,8 @@ def test_extend_appends_a_segment():
     index = cudaops.ivf.build_global(keys[:, :1000].contiguous(), values[:, :1000].contiguous(),
                                      20, 2, capacity=1400, max_clusters=28)
     assert index.size == 1000 and index.n_clusters == 20
-    with pytest.raises(ValueError, match=r"params.n_clusters must be from 1 to min"):
-        index.extend(keys[:, 1000:].contiguous(), values[:, 1000:].contiguous(), 9)
+    with pytest.raises(ValueError, match=r"params.n_clusters must be from 1 to"):
+        index.extend(keys[:, 1000:].contiguous(), values[:, 1000:].contiguous(), 401)
     index.extend(keys[:, 1000:].contiguous(), values[:, 1000:].contiguous(), 8, n_iters=3)
     assert index.size == 1400 and index.n_clusters == 28
     queries = keys[:, 1390:1394].repeat(2, 1, 1).contiguous()
@@ -303,3 +303,94 @@ def test_attention_merge_of_two_halves():
     none = torch.cat([lses[:1], torch.full_like(lses[:1], float("-inf"))])
     out1, lse1 = cudaops.attention_merge(empty, none)
     assert torch.allclose(out1, outs[0], rtol=1e-5, atol=1e-6) and torch.equal(lse1, lses[0])
+
+
+@requires_gpu
+def test_decode_loop_in_a_cuda_graph():
+    """1024 decode steps then an extend (the tokens of those steps) and one more step, captured
+    once in a CUDA graph (which refuses any host synchronisation) and replayed: the same bits as
+    the same loop run eagerly on an index built the same way."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    steps, start, heads, q_heads, dim, dv = 1024, 4096, 2, 8, 64, 32
+    keys = _clustered(torch, heads, start + steps, dim, torch.float16, 8)
+    values = torch.randn(heads, start + steps, dv, dtype=torch.float16, device="cuda")
+    g = torch.Generator(device="cuda").manual_seed(9)
+    queries = torch.randn(steps + 1, q_heads, 1, dim, device="cuda", generator=g).half()
+    new_k, new_v = keys[:, start:].contiguous(), values[:, start:].contiguous()
+    sink_k, sink_v = keys[:, :4].contiguous(), values[:, :4].contiguous()
+
+    def build():
+        return cudaops.ivf.build_global(keys[:, :start].contiguous(),
+                                        values[:, :start].contiguous(), 64, 4, n_iters=3,
+                                        capacity=start + steps, max_clusters=80)
+
+    def loop(index, outs, stream):
+        for i in range(steps):
+            index.attention(queries[i], 4, 16, extra_keys=sink_k, extra_values=sink_v,
+                            out=outs[i], stream=stream)
+        index.extend(new_k, new_v, 16, n_iters=3, stream=stream)
+        index.attention(queries[steps], 4, 16, out=outs[steps], stream=stream)
+
+    eager = torch.empty(steps + 1, q_heads, 1, dv, dtype=torch.float16, device="cuda")
+    loop(build(), eager, torch.cuda.current_stream())
+
+    index = build()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm-up outside the capture (the module's first calls)
+        index.attention(queries[0], 4, 16, stream=s)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    captured = torch.full_like(eager, float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loop(index, captured, torch.cuda.current_stream())
+    assert index.size == start + steps  # the host's record moved at capture time
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+
+
+@requires_gpu
+def test_extend_past_the_room_grows_the_index():
+    """build_global then extend without reserving: the index doubles its room (a copy) and
+    answers as an index built with room from the start; reserve shrinks it to what it holds."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    keys = _clustered(torch, 2, 1600, 64, torch.bfloat16, 12)
+    values = torch.randn(2, 1600, 16, dtype=torch.bfloat16, device="cuda")
+    k0, v0 = keys[:, :630].contiguous(), values[:, :630].contiguous()
+    grown = cudaops.ivf.build_global(k0, v0, 630 // 10 * 3 // 3, 3)
+    roomy = cudaops.ivf.build_global(k0, v0, 630 // 10 * 3 // 3, 3, capacity=1600,
+                                     max_clusters=200)
+    assert grown.capacity == 630
+    for a, b in ((630, 1000), (1000, 1600)):
+        for index in (grown, roomy):
+            index.extend(keys[:, a:b].contiguous(), values[:, a:b].contiguous(), 30, n_iters=3)
+    assert grown.size == 1600 and grown.n_clusters == roomy.n_clusters
+    assert grown.capacity >= 1600 and grown.capacity == 2 * 1260
+    queries = keys[torch.arange(4) // 2, 1590:1593].contiguous()
+    for index in (grown, roomy):
+        assert index.size == 1600
+    s_g, i_g = grown.search(queries, 32, 20)
+    s_r, i_r = roomy.search(queries, 32, 20)
+    assert torch.equal(s_g, s_r) and torch.equal(i_g, i_r)
+    o_g = grown.attention(queries, 20, 40)
+    assert torch.equal(o_g, roomy.attention(queries, 20, 40))
+    grown.reserve(1600, grown.n_clusters)
+    assert grown.capacity == 1600 and grown.max_clusters == grown.n_clusters
+    assert torch.equal(grown.attention(queries, 20, 40), o_g)
+    with pytest.raises(ValueError, match=r"Index.reserve: capacity and max_clusters must hold"):
+        grown.reserve(1000)
+    # A capture that would reallocate is refused, naming the way out.
+    s = torch.cuda.Stream()
+    more_k = torch.cat([keys[:, :100]] * 1, 1).contiguous()
+    more_v = values[:, :100].contiguous()
+    with torch.cuda.stream(s):
+        graph = torch.cuda.CUDAGraph()
+        with pytest.raises(ValueError, match=r"reserve room first"):
+            with torch.cuda.graph(graph, stream=s):
+                grown.extend(more_k, more_v, 4, stream=s)

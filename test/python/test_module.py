@@ -62,3 +62,10 @@ def test_module_links_neither_cudart_nor_a_framework():
                           text=True).stdout
     for name in ["libcudart", "libtorch", "libc10", "libcuda.so"]:
         assert name not in text, text
+
+
+def test_importing_cudaops_does_not_import_torch():
+    # cudaops.torch is imported by name alone; the rest of the package never needs torch.
+    code = ("import sys, cudaops, cudaops.ivf, cudaops.jit; "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -464,5 +464,51 @@ TEST(IvfExtendValidation, Room) {
                 StatusCode::kInvalidArgument, {"a built index"}));
 }
 
+TEST(IvfCopyValidation, ShapesAndMemory) {
+  IvfIndex from;
+  from.shape = Shape();  // capacity 5000, 96 clusters
+  from.data = fake(0x10000000);
+  from.tokens = 4096;
+  from.n_clusters = 64;
+  IvfIndex to;
+  to.shape = from.shape;
+  to.shape.capacity = 4095;  // one token short
+  to.data = fake(0x80000000);
+  EXPECT_TRUE(FailsWith(ivf_copy(from, nullptr, nullptr), StatusCode::kInvalidArgument,
+                        {"ivf_copy", "to must not be null"}));
+  EXPECT_TRUE(FailsWith(ivf_copy(from, &to, nullptr), StatusCode::kInvalidArgument,
+                        {"capacity 4095", "4096 tokens and 64 clusters"}));
+  to.shape.capacity = 4096;
+  to.shape.max_clusters = 63;
+  EXPECT_TRUE(
+      FailsWith(ivf_copy(from, &to, nullptr), StatusCode::kInvalidArgument, {"max_clusters 63"}));
+  to.shape.max_clusters = 64;
+  to.shape.value_dim = 32;
+  EXPECT_TRUE(FailsWith(ivf_copy(from, &to, nullptr), StatusCode::kInvalidArgument,
+                        {"heads, dim, value_dim and dtype"}));
+  to.shape.value_dim = from.shape.value_dim;
+  to.shape.dtype = DType::kBFloat16;
+  EXPECT_TRUE(FailsWith(ivf_copy(from, &to, nullptr), StatusCode::kInvalidArgument,
+                        {"heads, dim, value_dim and dtype"}));
+  to.shape.dtype = from.shape.dtype;
+  to.data = nullptr;
+  EXPECT_TRUE(FailsWith(ivf_copy(from, &to, nullptr), StatusCode::kInvalidArgument,
+                        {"to->data must not be null"}));
+  to.data = fake(0x80000010);
+  EXPECT_TRUE(FailsWith(ivf_copy(from, &to, nullptr), StatusCode::kMisaligned,
+                        {"to->data", "256-byte aligned"}));
+  to.data = fake(0x10000100);  // inside from's buffer
+  EXPECT_TRUE(
+      FailsWith(ivf_copy(from, &to, nullptr), StatusCode::kInvalidArgument, {"must not overlap"}));
+  from.n_clusters = 0;  // nothing built
+  to.data = fake(0x80000000);
+  EXPECT_TRUE(
+      FailsWith(ivf_copy(from, &to, nullptr), StatusCode::kInvalidArgument, {"a built index"}));
+  from.n_clusters = 64;
+  to.shape.heads = 0;
+  EXPECT_TRUE(
+      FailsWith(ivf_copy(from, &to, nullptr), StatusCode::kInvalidArgument, {"ivf_copy", "heads"}));
+}
+
 }  // namespace
 }  // namespace cudaops

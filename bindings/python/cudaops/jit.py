@@ -24,7 +24,10 @@ Errors: :class:`CompileError` (a ``RuntimeError``) with NVRTC's log for a compil
 """
 
 import math as _math
+import os as _os
 import struct as _struct
+from collections.abc import Sequence as _Sequence
+from typing import Any as _Any
 
 from ._core import (
     CompileError,
@@ -61,7 +64,7 @@ __all__ = [
 ]
 
 
-def compile(source, name, *, options=()):
+def compile(source: str, name: str, *, options: _Sequence[str] = ()) -> Kernel:
     """Compiles kernel ``name`` of ``source`` (or takes it from the cache) -> :class:`Kernel`."""
     if not isinstance(source, str):
         raise TypeError(f"jit.compile: source must be a str, got {type(source).__name__}")
@@ -70,17 +73,18 @@ def compile(source, name, *, options=()):
     return _jit_compile(source, name, options)
 
 
-def clear_cache(*, memory=True, disk=True):
+def clear_cache(*, memory: bool = True, disk: bool = True) -> None:
     """Forgets the kernels compiled in this process and/or removes the disk cache's entries."""
     _jit_clear_cache(memory, disk)
 
 
-def cache_dir():
+def cache_dir() -> str | None:
     """The directory of the disk cache's entries, or None when the disk cache is off."""
     return _jit_cache_dir()
 
 
-def set_cache(*, directory=None, enabled=None, max_bytes=None):
+def set_cache(*, directory: str | _os.PathLike[str] | None = None, enabled: bool | None = None,
+              max_bytes: int | None = None) -> None:
     """Changes the disk cache of this process: its directory (entries go in <directory>/jit-v2),
     whether it is used, and its size bound in bytes. Arguments left None keep their value."""
     _jit_set_cache(None if directory is None else str(directory), enabled, max_bytes)
@@ -92,14 +96,14 @@ class readonly:
 
     __slots__ = ("__cudaops_readonly__",)
 
-    def __init__(self, array):
+    def __init__(self, array: _Any) -> None:
         self.__cudaops_readonly__ = array
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"cudaops.jit.readonly({self.__cudaops_readonly__!r})"
 
 
-def nvrtc_version():
+def nvrtc_version() -> str:
     """The NVRTC in use, as "13.0 (/path/libnvrtc.so.13)"; loads it if needed."""
     return _jit_nvrtc()
 
@@ -111,29 +115,29 @@ class _Scalar:
     _format = ""
     _ctype = ""
 
-    def __init__(self, value):
+    def __init__(self, value: _Any) -> None:
         self.value = value
         self.__cudaops_kernel_arg__()  # range and type checked now, not at the launch
 
-    def __cudaops_kernel_arg__(self):
+    def __cudaops_kernel_arg__(self) -> bytes:
         try:
             return _struct.pack("<" + self._format, self.value)
         except (_struct.error, OverflowError, TypeError) as error:
             raise ValueError(f"cudaops.jit.{type(self).__name__}({self.value!r}): {error}") from None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"cudaops.jit.{type(self).__name__}({self.value!r})"
 
 
-def _scalar(name, fmt, ctype, integer):
-    def check(value):
+def _scalar(name: str, fmt: str, ctype: str, integer: bool) -> type[_Scalar]:
+    def check(value: _Any) -> _Any:
         if integer and (isinstance(value, bool) or not isinstance(value, int)):
             if not hasattr(value, "__index__"):
                 raise TypeError(f"cudaops.jit.{name} takes an int, got {type(value).__name__}")
             value = value.__index__()
         return value
 
-    def init(self, value):
+    def init(self: _Scalar, value: _Any) -> None:
         _Scalar.__init__(self, check(value))
 
     cls = type(name, (_Scalar,), {"__slots__": (), "_format": fmt, "_ctype": ctype,
@@ -161,7 +165,7 @@ class bool_(_Scalar):
 
     __slots__ = ()
 
-    def __cudaops_kernel_arg__(self):
+    def __cudaops_kernel_arg__(self) -> bytes:
         return b"\x01" if self.value else b"\x00"
 
 
@@ -170,13 +174,13 @@ class bfloat16(_Scalar):
 
     __slots__ = ()
 
-    def __cudaops_kernel_arg__(self):
+    def __cudaops_kernel_arg__(self) -> bytes:
         try:
             value = float(self.value)
         except (TypeError, ValueError) as error:
             raise ValueError(f"cudaops.jit.bfloat16({self.value!r}): {error}") from None
         if _math.isnan(value):
             return b"\xc0\x7f"
-        bits = _struct.unpack("<I", _struct.pack("<f", value))[0]
+        bits: int = _struct.unpack("<I", _struct.pack("<f", value))[0]
         bits += 0x7FFF + ((bits >> 16) & 1)
         return _struct.pack("<H", (bits >> 16) & 0xFFFF)

@@ -165,6 +165,16 @@ void Array::mark_ready_noexcept(cudaStream_t stream) noexcept {
 void Array::order_before(cudaStream_t consumer) const {
   if (memory_->ready == nullptr || same_stream(consumer, stream_)) return;
   DeviceGuard guard(memory_->device, "cudaops.Array.__dlpack__");
+  // A stream being captured into a CUDA graph cannot wait for an event recorded outside the
+  // capture; where that event has completed (an index built before the capture) there is
+  // nothing to wait for.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(consumer, &capture) == cudaSuccess &&
+      capture == cudaStreamCaptureStatusActive) {
+    const cudaError_t state = cudaEventQuery(memory_->ready);
+    if (state == cudaSuccess) return;
+    (void)cudaGetLastError();
+  }
   check_cuda(cudaStreamWaitEvent(consumer, memory_->ready, 0),
              "cudaops.Array.__dlpack__: making the consumer's stream wait");
 }

@@ -338,14 +338,22 @@ class PyIndex {
     }
     IvfInput input;
     input.seq = vk.shape[1];
-    size_t bytes = 0;
-    check(ivf_extend_workspace_size(index, input, params, &bytes));
     const int at = ctx.prepare({&vk, vv ? &*vv : nullptr});
     if (at != device) {
       throw py::value_error("Index.extend: keys: is on CUDA device " + std::to_string(at) +
                             " but the index is on CUDA device " + std::to_string(device));
     }
     py::cast<const Array&>(buffer).order_before(ctx.stream());
+    // Past the room: grow by doubling (amortised), unless the stream is being captured.
+    const int64_t need_tokens = index.tokens + std::max<int64_t>(input.seq, 0);
+    const int64_t need_clusters = index.n_clusters + std::max<int64_t>(params.n_clusters, 0);
+    if (input.seq > 0 && params.n_clusters > 0 && params.n_clusters <= input.seq &&
+        (need_tokens > s.capacity || need_clusters > s.max_clusters)) {
+      regrow(ctx.op(), std::max(need_tokens, 2 * s.capacity),
+             std::max(need_clusters, 2 * s.max_clusters), ctx.stream());
+    }
+    size_t bytes = 0;
+    check(ivf_extend_workspace_size(index, input, params, &bytes));
     input.keys = vk.data;
     input.values = vv ? vv->data : nullptr;
     void* workspace = ctx.scratch(bytes);
@@ -358,6 +366,64 @@ class PyIndex {
     // Later work on other streams waits for this extension, as for the build.
     py::cast<Array&>(buffer).mark_ready(ctx.stream(), ctx.op());
     largest_ = -1;
+  }
+
+  /// Moves the index into a new buffer of `capacity` tokens and `max_clusters` clusters per head
+  /// (ivf_copy on `stream`); the old buffer goes back to the pool once the copy is done.
+  void regrow(const char* op, int64_t capacity, int64_t max_clusters, cudaStream_t stream) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+      (void)cudaGetLastError();
+    } else if (capture != cudaStreamCaptureStatusNone) {
+      throw py::value_error(std::string(op) + ": the index must grow (capacity " +
+                            std::to_string(index.shape.capacity) + ", max_clusters " +
+                            std::to_string(index.shape.max_clusters) + " to " +
+                            std::to_string(capacity) + ", " + std::to_string(max_clusters) +
+                            "), which reallocates, while the stream is captured into a CUDA "
+                            "graph; reserve room first (build_global's capacity= and "
+                            "max_clusters=, or Index.reserve)");
+    }
+    IvfIndex grown;
+    grown.shape = index.shape;
+    grown.shape.capacity = capacity;
+    grown.shape.max_clusters = max_clusters;
+    IvfLayout layout;
+    check(ivf_index_size(grown.shape, &layout));
+    DeviceGuard guard(device, op);
+    auto array =
+        std::make_unique<Array>(std::vector<int64_t>{static_cast<int64_t>(layout.bytes / 4)},
+                                DType::kInt32, device, stream, op);
+    grown.data = array->data();
+    Array& old = py::cast<Array&>(buffer);
+    old.order_before(stream);
+    Status status;
+    {
+      py::gil_scoped_release nogil;
+      status = ivf_copy(index, &grown, stream);
+    }
+    old.mark_ready_noexcept(stream);  // its memory is freed after the copy, not before
+    check(status);
+    array->mark_ready(stream, op);
+    index = grown;
+    buffer = py::cast(std::move(array));
+  }
+
+  void reserve(py::handle capacity_obj, py::handle max_clusters_obj, py::handle stream) {
+    CallContext ctx("Index.reserve", stream);
+    const int64_t capacity = int_arg(capacity_obj, ctx.op(), "capacity");
+    const int64_t max_clusters = max_clusters_obj.is_none()
+                                     ? index.shape.max_clusters
+                                     : int_arg(max_clusters_obj, ctx.op(), "max_clusters");
+    if (capacity < index.tokens || max_clusters < index.n_clusters) {
+      throw py::value_error("Index.reserve: capacity and max_clusters must hold the index's " +
+                            std::to_string(index.tokens) + " tokens and " +
+                            std::to_string(index.n_clusters) + " clusters, got " +
+                            std::to_string(capacity) + " and " + std::to_string(max_clusters));
+    }
+    if (capacity == index.shape.capacity && max_clusters == index.shape.max_clusters) return;
+    ctx.prepare({});
+    DeviceGuard guard(device, ctx.op());
+    regrow(ctx.op(), capacity, max_clusters, ctx.stream());
   }
 
   void save(py::handle path) const {
@@ -524,12 +590,24 @@ synchronisation, so a decoding loop can be captured in a CUDA graph.)doc")
            R"doc(The index's arrays in place, {name: (address, shape, typestr)} over its whole
 capacity (16-bit data as "<u2", to be reinterpreted as the index's dtype), for benches and tests
 that read the index directly; valid while the index lives, after its pending work.)doc")
+      .def(
+          "_buffer", [](const PyIndex& self) { return self.buffer; },
+          R"doc(The cudaops.Array that holds the whole index (int32 words), for operators that pass
+the index as one tensor (cudaops.torch).)doc")
       .def("extend", &PyIndex::extend, py::arg("keys"), py::arg("values"), py::arg("n_clusters"),
            py::arg("n_iters") = 10, py::kw_only(), py::arg("stream") = py::none(),
            R"doc(Appends keys [heads, T, dim] (and values [heads, T, value_dim], or None for an
 index of keys alone) as a segment of their own, clustered into n_clusters new clusters by
 spherical k-means centred by each head's mean as built; their positions continue the index's.
-The index must have room (build_global's capacity and max_clusters): nothing is reallocated.)doc")
+Past the room reserved (build_global's capacity and max_clusters, or reserve) the index grows,
+doubling its room (a copy into a new buffer); within it nothing is reallocated, so a captured
+CUDA graph may extend.)doc")
+      .def("reserve", &PyIndex::reserve, py::arg("capacity"), py::arg("max_clusters") = py::none(),
+           py::kw_only(), py::arg("stream") = py::none(),
+           R"doc(Moves the index into a buffer with room for `capacity` tokens and `max_clusters`
+clusters per head (None: as now), more or less than now but at least what it holds; a copy on
+`stream`. Reserve before capturing extensions in a CUDA graph: an extend past the room grows the
+index by doubling, which reallocates and so is refused during a capture.)doc")
       .def(
           "save", &PyIndex::save, py::arg("path"),
           R"doc(Writes the index to `path` (str, bytes or os.PathLike): its tokens and clusters as a
