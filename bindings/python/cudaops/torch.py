@@ -29,6 +29,9 @@ import cudaops
 __all__ = [
     "Index",
     "add",
+    "context_parallel_attention",
+    "context_parallel_slice",
+    "head_slice",
     "add_scalar",
     "attention_merge",
     "fused_add_rms_norm",
@@ -469,3 +472,55 @@ def ivf_extend(index: Index, keys, values, n_clusters, n_iters=10):
     """Index.extend within the room reserved at build time (never reallocates, so that it can
     be captured in a CUDA graph)."""
     _ivf_extend(index.buffer, index.handle, keys, values, int(n_clusters), int(n_iters))
+
+
+# Several GPUs through torch.distributed (docs/torch.md).
+
+def head_slice(cache, rank, world):
+    """Rank `rank`'s kv heads of a [kv_heads, tokens, dim] cache (tensor parallelism: each rank
+    indexes and attends its own heads; its query heads are the matching slice of the queries,
+    ``head_slice(queries, rank, world)``). Heads must divide evenly among the ranks."""
+    heads = cache.shape[0]
+    if world < 1 or not 0 <= rank < world or heads % world != 0:
+        raise ValueError(f"cudaops.torch.head_slice: {heads} heads do not split evenly over "
+                         f"{world} ranks (rank {rank})")
+    step = heads // world
+    return cache[rank * step:(rank + 1) * step].contiguous()
+
+
+def context_parallel_slice(cache, rank, world):
+    """Rank `rank`'s contiguous part of every head's tokens of a [kv_heads, tokens, dim] cache
+    (context parallelism): tokens [r * S // R, (r + 1) * S // R)."""
+    tokens = cache.shape[1]
+    if world < 1 or not 0 <= rank < world or tokens < world:
+        raise ValueError(f"cudaops.torch.context_parallel_slice: {tokens} tokens over {world} "
+                         f"ranks (rank {rank})")
+    return cache[:, rank * tokens // world:(rank + 1) * tokens // world].contiguous()
+
+
+def context_parallel_attention(index, queries, n_probe, n_estimate=0, *, extra_keys=None,
+                               extra_values=None, scale=None, group=None, return_lse=False):
+    """One decode step over a context split across the ranks of `group` (torch.distributed; None:
+    the default group): each rank attends its own index (its n_probe exact and n_estimate
+    estimated clusters, and the extra tokens it is given: pass them on one rank), then one
+    all_gather of the partial outputs and log-sum-exps, merged exactly by attention_merge. Every
+    rank returns the same o [q_heads, Q, value_dim] (and lse)."""
+    import torch.distributed as dist
+
+    inner = index.index if isinstance(index, Index) else index
+    o, lse = inner.attention(queries, n_probe, n_estimate, extra_keys=extra_keys,
+                             extra_values=extra_values, scale=scale, return_lse=True,
+                             stream=_stream(queries))
+    world = dist.get_world_size(group)
+    if world == 1:
+        return (o, lse) if return_lse else o
+    # Gloo moves CUDA tensors through the host; NCCL gathers them in place.
+    host = dist.get_backend(group) == "gloo"
+    parts_o = [torch.empty_like(o, device="cpu" if host else o.device) for _ in range(world)]
+    parts_l = [torch.empty_like(lse, device="cpu" if host else lse.device) for _ in range(world)]
+    dist.all_gather(parts_o, o.cpu() if host else o, group=group)
+    dist.all_gather(parts_l, lse.cpu() if host else lse, group=group)
+    outs = torch.stack(parts_o).to(o.device)
+    lses = torch.stack(parts_l).to(o.device)
+    merged, merged_lse = cudaops.attention_merge(outs, lses, stream=_stream(queries))
+    return (merged, merged_lse) if return_lse else merged
