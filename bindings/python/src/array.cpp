@@ -420,7 +420,8 @@ for example to pass as out=.
              return array;
            }),
            py::arg("shape"), py::arg("dtype") = "float32", py::kw_only(),
-           py::arg("device") = py::none(), py::arg("stream") = py::none())
+           py::arg("device") = py::none(), py::arg("stream") = py::none(),
+           "__init__(self, shape, dtype='float32', *, device=None, stream=None)\n--\n\n")
       .def_property_readonly("shape", &shape_tuple)
       .def_property_readonly(
           "dtype", [](const Array& a) { return dtype_name(a.dtype()); },
@@ -440,9 +441,12 @@ for example to pass as out=.
       .def("__repr__", &repr)
       .def("__dlpack__", &dlpack, py::kw_only(), py::arg("stream") = py::none(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
-           py::arg("copy") = py::none())
-      .def("__dlpack_device__",
-           [](const Array& a) { return py::make_tuple(static_cast<int>(dl::kCUDA), a.device()); })
+           py::arg("copy") = py::none(),
+           "__dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n")
+      .def(
+          "__dlpack_device__",
+          [](const Array& a) { return py::make_tuple(static_cast<int>(dl::kCUDA), a.device()); },
+          "__dlpack_device__(self)\n--\n\n")
       .def_property_readonly("__cuda_array_interface__", &cuda_array_interface);
 }
 

@@ -52,6 +52,10 @@ void bind_ops(py::module_& m) {
 namespace {
 
 void define_module(py::module_& m) {
+  // Each docstring opens with its own signature ("name(args)\n--\n\n", CPython's convention for
+  // builtins): help() and inspect.signature show the Python arguments, not pybind11's C++ types.
+  py::options options;
+  options.disable_function_signatures();
   m.doc() = "The compiled part of cudaops: array import, cudaops.Array and the ops.";
   py::register_exception<CudaError>(m, "CudaError", PyExc_RuntimeError);
   py::register_exception<CompileError>(m, "CompileError", PyExc_RuntimeError);
@@ -63,10 +67,12 @@ void define_module(py::module_& m) {
   bind_ops(m);
 
   m.def("_set_fast_paths", &set_fast_paths, py::arg("enabled"),
+        "_set_fast_paths(enabled)\n--\n\n"
         "Read torch tensors and cudaops.Array directly (True, the default) or only through "
         "DLPack and __cuda_array_interface__ (False).");
-  m.def("_fast_paths", &fast_paths);
+  m.def("_fast_paths", &fast_paths, "_fast_paths()\n--\n\n");
   m.def("empty_cache", &empty_cache,
+        "empty_cache()\n--\n\n"
         "Hands the memory that no cudaops array uses back to the driver, on every device. Memory "
         "of arrays freed while work on them is still queued is handed back by a later call.");
   m.def(
@@ -84,6 +90,7 @@ void define_module(py::module_& m) {
         return memory_reserved(dev);
       },
       py::arg("device") = py::none(),
+      "memory_reserved(device=None)\n--\n\n"
       "Bytes that cudaops's memory pool of `device` (default: the current one) holds from the "
       "driver, in use by arrays or kept for the next ones.");
   m.def(
@@ -96,6 +103,7 @@ void define_module(py::module_& m) {
         }
         return count;
       },
+      "device_count()\n--\n\n"
       "Number of usable CUDA devices; 0 without a GPU or a driver (never raises).");
 }
 

@@ -65,6 +65,7 @@ py::tuple attention_merge(py::handle outs, py::handle lses, py::handle out, py::
 void bind_attention(py::module_& m) {
   m.def("attention_merge", &attention_merge, py::arg("outs"), py::arg("lses"), py::kw_only(),
         py::arg("out") = py::none(), py::arg("stream") = py::none(),
+        "attention_merge(outs, lses, *, out=None, stream=None)\n--\n\n"
         R"doc(The exact merge of partial attentions of the same queries over disjoint tokens:
 outs [parts, ..., dim] (float32, float16 or bfloat16) and their log-sum-exps lses [parts, ...]
 float32 (as Index.attention(..., return_lse=True) gives them) -> (out [..., dim], lse [...]),

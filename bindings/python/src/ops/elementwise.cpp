@@ -52,6 +52,7 @@ py::object add_scalar(py::handle a, double alpha, py::handle out, py::handle str
 void bind_elementwise(py::module_& m) {
   m.def("add", &add, py::arg("a"), py::arg("b"), py::kw_only(), py::arg("out") = py::none(),
         py::arg("stream") = py::none(),
+        "add(a, b, *, out=None, stream=None)\n--\n\n"
         R"doc(a + b, elementwise, computed in float32 and rounded once to the dtype.
 
 a and b: C-contiguous CUDA arrays of one shape and dtype (float32, float16 or bfloat16), from any
@@ -60,6 +61,7 @@ b); otherwise the result is a new array of a's kind. stream: None (the legacy de
 int handle, or a stream object (torch, CuPy, CUDA Python).)doc");
   m.def("add_scalar", &add_scalar, py::arg("a"), py::arg("alpha"), py::kw_only(),
         py::arg("out") = py::none(), py::arg("stream") = py::none(),
+        "add_scalar(a, alpha, *, out=None, stream=None)\n--\n\n"
         R"doc(a + alpha, elementwise; alpha is taken as float32. Arguments as for add().)doc");
 }
 

@@ -548,6 +548,7 @@ void bind_ivf(py::module_& m) {
 every kv head in one buffer of the device that built it (cudaops.ivf.build_global).)doc")
       .def("search", &PyIndex::search, py::arg("queries"), py::arg("k"), py::arg("n_probe"),
            py::kw_only(), py::arg("max_candidates") = py::none(), py::arg("stream") = py::none(),
+           "search(self, queries, k, n_probe, *, max_candidates=None, stream=None)\n--\n\n"
            R"doc(The k best tokens of each query: (scores [q_heads, Q, k] float32, ids [q_heads, Q,
 k] int64 token positions), of the queries' kind. queries [q_heads, Q, dim] in the index's dtype,
 q_heads a multiple of the index's heads (query head g reads kv head g / (q_heads / heads)). Each
@@ -557,6 +558,7 @@ query (None: every token; candidates past the bound are dropped). The index must
 until the search's work is done, as any input array.)doc")
       .def("clusters", &PyIndex::clusters, py::arg("queries"), py::arg("n_probe"),
            py::arg("group") = true, py::kw_only(), py::arg("stream") = py::none(),
+           "clusters(self, queries, n_probe, group=True, *, stream=None)\n--\n\n"
            R"doc(The clusters each query attends to exactly (RetroInfer): int32 cluster ids,
 ascending, -1 past the non-empty clusters, of the queries' kind. With group (the default),
 [heads, Q, n_probe]: per kv head and query, the n_probe clusters of the largest softmax(q . c /
@@ -564,6 +566,7 @@ sqrt(dim)) summed over the kv head's query heads; without, [q_heads, Q, n_probe]
 as search ranks them. Empty clusters are never chosen.)doc")
       .def("retrieve", &PyIndex::retrieve, py::arg("queries"), py::arg("n_probe"), py::kw_only(),
            py::arg("max_tokens") = py::none(), py::arg("stream") = py::none(),
+           "retrieve(self, queries, n_probe, *, max_tokens=None, stream=None)\n--\n\n"
            R"doc(The tokens of the clusters `clusters(queries, n_probe)` chooses, gathered for an
 attention kernel: (keys [heads, Q, max_tokens, dim], values [heads, Q, max_tokens, value_dim] or
 None for an index of keys alone, ids [heads, Q, max_tokens] int64 token positions, lengths
@@ -576,6 +579,8 @@ a token and is read from the device once per build or extension.)doc")
            py::arg("extra_values") = py::none(), py::arg("scale") = py::none(),
            py::arg("return_lse") = false, py::arg("group") = true, py::arg("out") = py::none(),
            py::arg("stream") = py::none(),
+           "attention(self, queries, n_probe, n_estimate=0, *, extra_keys=None, extra_values=None, "
+           "scale=None, return_lse=False, group=True, out=None, stream=None)\n--\n\n"
            R"doc(Decode attention over the index: o [q_heads, Q, value_dim] in the queries' dtype
 (and, with return_lse, the log-sum-exp [q_heads, Q] float32: o, lse), of the queries' kind.
 For each query, softmax(scale * q . k) v over the exact zone (every token of the n_probe clusters
@@ -587,15 +592,18 @@ its mean key's score and its value sum); the other clusters are left out. scale:
 extras. The same bits every run; nothing allocated but the outputs and the workspace; no host
 synchronisation, so a decoding loop can be captured in a CUDA graph.)doc")
       .def("_arrays", &PyIndex::arrays,
+           "_arrays(self)\n--\n\n"
            R"doc(The index's arrays in place, {name: (address, shape, typestr)} over its whole
 capacity (16-bit data as "<u2", to be reinterpreted as the index's dtype), for benches and tests
 that read the index directly; valid while the index lives, after its pending work.)doc")
       .def(
           "_buffer", [](const PyIndex& self) { return self.buffer; },
+          "_buffer(self)\n--\n\n"
           R"doc(The cudaops.Array that holds the whole index (int32 words), for operators that pass
 the index as one tensor (cudaops.torch).)doc")
       .def("extend", &PyIndex::extend, py::arg("keys"), py::arg("values"), py::arg("n_clusters"),
            py::arg("n_iters") = 10, py::kw_only(), py::arg("stream") = py::none(),
+           "extend(self, keys, values, n_clusters, n_iters=10, *, stream=None)\n--\n\n"
            R"doc(Appends keys [heads, T, dim] (and values [heads, T, value_dim], or None for an
 index of keys alone) as a segment of their own, clustered into n_clusters new clusters by
 spherical k-means centred by each head's mean as built; their positions continue the index's.
@@ -604,12 +612,14 @@ doubling its room (a copy into a new buffer); within it nothing is reallocated, 
 CUDA graph may extend.)doc")
       .def("reserve", &PyIndex::reserve, py::arg("capacity"), py::arg("max_clusters") = py::none(),
            py::kw_only(), py::arg("stream") = py::none(),
+           "reserve(self, capacity, max_clusters=None, *, stream=None)\n--\n\n"
            R"doc(Moves the index into a buffer with room for `capacity` tokens and `max_clusters`
 clusters per head (None: as now), more or less than now but at least what it holds; a copy on
 `stream`. Reserve before capturing extensions in a CUDA graph: an extend past the room grows the
 index by doubling, which reallocates and so is refused during a capture.)doc")
       .def(
           "save", &PyIndex::save, py::arg("path"),
+          "save(self, path)\n--\n\n"
           R"doc(Writes the index to `path` (str, bytes or os.PathLike): its tokens and clusters as a
 versioned file of named arrays with a CRC-32 each, written to a temporary file renamed into place.
 Waits for the index's work.)doc")
@@ -645,6 +655,7 @@ Waits for the index's work.)doc")
                dtype_name(self.index.shape.dtype) + " device=" + std::to_string(self.device) + ">";
       });
   m.def("ivf_load", &load, py::arg("path"), py::arg("device") = py::none(),
+        "ivf_load(path, device=None)\n--\n\n"
         R"doc(An index saved by Index.save, on `device` (None: the current device). A file that is
 not a regular file of this user's that no one else can write, or that is truncated, corrupted, of
 another byte order or a newer version, or whose contents disagree (cluster ranges, sizes, token
@@ -654,6 +665,8 @@ ids), is refused with OSError; nothing is loaded. The index holds exactly the fi
         py::arg("global_pass") = true, py::kw_only(), py::arg("prune") = true,
         py::arg("capacity") = py::none(), py::arg("max_clusters") = py::none(),
         py::arg("stream") = py::none(),
+        "ivf_build_global(keys, values, n_clusters, n_segments, n_iters=10, global_pass=True, *, "
+        "prune=True, capacity=None, max_clusters=None, stream=None)\n--\n\n"
         R"doc(An IVF-Flat index over keys [heads, tokens, dim] (float16 or bfloat16, C-contiguous,
 dim a multiple of 8 up to 512) and values [heads, tokens, value_dim] of the same dtype, or None.
 Each head's keys are centred by its mean; its tokens split into n_segments contiguous segments

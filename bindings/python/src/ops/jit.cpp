@@ -175,7 +175,8 @@ __cuda_array_interface__; its data pointer is passed) or a typed scalar such as
 cudaops.jit.int32(n). The launch runs on the device of the array arguments and is ordered after
 their producers, like every op.)doc")
       .def("__call__", &launch, py::arg("grid"), py::arg("block"), py::kw_only(),
-           py::arg("shared_mem") = 0, py::arg("stream") = py::none())
+           py::arg("shared_mem") = 0, py::arg("stream") = py::none(),
+           "__call__(self, grid, block, *args, shared_mem=0, stream=None)\n--\n\n")
       .def_property_readonly(
           "name", [](const jit::Kernel& k) { return k.info().lowered_name; },
           "the symbol launched (the lowered name of a template)")
@@ -235,16 +236,21 @@ their producers, like every op.)doc")
                std::to_string(k.resources().registers) + " registers>";
       });
 
-  m.def("_jit_compile", &compile, py::arg("source"), py::arg("name"), py::arg("options"));
+  m.def("_jit_compile", &compile, py::arg("source"), py::arg("name"), py::arg("options"),
+        "_jit_compile(source, name, options)\n--\n\n");
   m.def(
       "_jit_clear_cache", [](bool memory, bool disk) { check(jit::clear_cache(memory, disk)); },
-      py::arg("memory") = true, py::arg("disk") = true);
-  m.def("_jit_cache_dir", []() {
-    const jit::CacheConfig config = jit::cache_config();
-    return config.disk_enabled && !config.directory.empty()
-               ? py::object(py::str(config.directory + "/" + jit::kCacheSubdirectory))
-               : py::object(py::none());
-  });
+      py::arg("memory") = true, py::arg("disk") = true,
+      "_jit_clear_cache(memory=True, disk=True)\n--\n\n");
+  m.def(
+      "_jit_cache_dir",
+      []() {
+        const jit::CacheConfig config = jit::cache_config();
+        return config.disk_enabled && !config.directory.empty()
+                   ? py::object(py::str(config.directory + "/" + jit::kCacheSubdirectory))
+                   : py::object(py::none());
+      },
+      "_jit_cache_dir()\n--\n\n");
   m.def(
       "_jit_set_cache",
       [](const py::object& directory, const py::object& enabled, const py::object& max_bytes) {
@@ -258,12 +264,16 @@ their producers, like every op.)doc")
         }
         check(jit::set_cache_config(config));
       },
-      py::arg("directory"), py::arg("enabled"), py::arg("max_bytes"));
-  m.def("_jit_nvrtc", []() {
-    std::string text;
-    check(jit::nvrtc_description(&text));
-    return text;
-  });
+      py::arg("directory"), py::arg("enabled"), py::arg("max_bytes"),
+      "_jit_set_cache(directory, enabled, max_bytes)\n--\n\n");
+  m.def(
+      "_jit_nvrtc",
+      []() {
+        std::string text;
+        check(jit::nvrtc_description(&text));
+        return text;
+      },
+      "_jit_nvrtc()\n--\n\n");
 }
 
 }  // namespace

@@ -155,6 +155,8 @@ void bind_kmeans(py::module_& m) {
       "kmeans", &kmeans, py::arg("x"), py::arg("n_clusters"), py::arg("n_iters") = 10,
       py::arg("metric") = "l2", py::arg("center") = false, py::arg("init") = "strided",
       py::arg("seed") = 0, py::kw_only(), py::arg("stream") = py::none(),
+      "kmeans(x, n_clusters, n_iters=10, metric='l2', center=False, init='strided', seed=0, *, "
+      "stream=None)\n--\n\n"
       R"doc(Batched k-means: every problem of x [..., n, d] (the leading axes are the batch) fitted
 in one call, the point-by-centroid products on the tensor cores.
 

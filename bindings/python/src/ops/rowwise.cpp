@@ -259,6 +259,7 @@ py::object norm_backward(bool layer, py::handle dy, py::handle x, py::handle wei
 void bind_rowwise(py::module_& m) {
   m.def("softmax", &softmax, py::arg("x"), py::kw_only(), py::arg("out") = py::none(),
         py::arg("stream") = py::none(),
+        "softmax(x, *, out=None, stream=None)\n--\n\n"
         R"doc(softmax along the last axis, computed in float32.
 
 x: a CUDA array (float32, float16 or bfloat16) whose last axis is contiguous and whose leading
@@ -267,12 +268,15 @@ written in place when given (it may be x); otherwise the result is a new array o
 of all -inf gives NaN.)doc");
   m.def("softmax_backward", &softmax_backward, py::arg("y"), py::arg("dy"), py::kw_only(),
         py::arg("out") = py::none(), py::arg("stream") = py::none(),
+        "softmax_backward(y, dy, *, out=None, stream=None)\n--\n\n"
         R"doc(Gradient of softmax: dx = y * (dy - sum(dy * y)) along the last axis, y being
 softmax's output. out: written in place when given (it may be y or dy).)doc");
-  m.def("layer_norm", &layer_norm, py::arg("x"), py::arg("weight"), py::arg("bias"),
-        py::arg("eps") = 1e-5, py::kw_only(), py::arg("out") = py::none(),
-        py::arg("return_stats") = false, py::arg("stream") = py::none(),
-        R"doc(Layer normalisation over the last axis: (x - mean) * rstd * weight + bias.
+  m.def(
+      "layer_norm", &layer_norm, py::arg("x"), py::arg("weight"), py::arg("bias"),
+      py::arg("eps") = 1e-5, py::kw_only(), py::arg("out") = py::none(),
+      py::arg("return_stats") = false, py::arg("stream") = py::none(),
+      "layer_norm(x, weight, bias, eps=1e-5, *, out=None, return_stats=False, stream=None)\n--\n\n"
+      R"doc(Layer normalisation over the last axis: (x - mean) * rstd * weight + bias.
 
 weight and bias: 1-D, x's dtype, as long as x's last axis. eps > 0. With return_stats=True,
 returns (y, mean, rstd), the statistics float32 with x's leading shape.)doc");
@@ -282,11 +286,13 @@ returns (y, mean, rstd), the statistics float32 with x's leading shape.)doc");
          py::handle stream) { return norm_backward(true, dy, x, weight, mean, rstd, stream); },
       py::arg("dy"), py::arg("x"), py::arg("weight"), py::arg("mean"), py::arg("rstd"),
       py::kw_only(), py::arg("stream") = py::none(),
+      "layer_norm_backward(dy, x, weight, mean, rstd, *, stream=None)\n--\n\n"
       R"doc(Gradients of layer_norm given its mean and rstd: returns (dx, dweight, dbias).
 dweight and dbias are deterministic (the same bits on every run).)doc");
   m.def(
       "rms_norm", &rms_norm, py::arg("x"), py::arg("weight"), py::arg("eps") = 1e-6, py::kw_only(),
       py::arg("out") = py::none(), py::arg("return_rstd") = false, py::arg("stream") = py::none(),
+      "rms_norm(x, weight, eps=1e-6, *, out=None, return_rstd=False, stream=None)\n--\n\n"
       R"doc(RMS normalisation over the last axis: x * rstd * weight, rstd = 1/sqrt(mean(x^2) + eps).
 With return_rstd=True, returns (y, rstd), rstd float32 with x's leading shape.)doc");
   m.def(
@@ -296,9 +302,11 @@ With return_rstd=True, returns (y, rstd), rstd float32 with x's leading shape.)d
       },
       py::arg("dy"), py::arg("x"), py::arg("weight"), py::arg("rstd"), py::kw_only(),
       py::arg("stream") = py::none(),
+      "rms_norm_backward(dy, x, weight, rstd, *, stream=None)\n--\n\n"
       R"doc(Gradients of rms_norm given its rstd: returns (dx, dweight), dweight deterministic.)doc");
   m.def("fused_add_rms_norm", &fused_add_rms_norm, py::arg("x"), py::arg("residual"),
         py::arg("weight"), py::arg("eps") = 1e-6, py::kw_only(), py::arg("stream") = py::none(),
+        "fused_add_rms_norm(x, residual, weight, eps=1e-6, *, stream=None)\n--\n\n"
         R"doc(In place, as in a transformer block: residual += x (rounded to the dtype), then
 x = rms_norm(residual) * weight. Returns (x, residual), the arrays given.)doc");
 }

@@ -53,6 +53,7 @@ py::object topk(py::handle x, py::handle k_obj, bool largest, bool sorted, py::h
 void bind_topk(py::module_& m) {
   m.def("topk", &topk, py::arg("x"), py::arg("k"), py::kw_only(), py::arg("largest") = true,
         py::arg("sorted") = true, py::arg("index_dtype") = "int64", py::arg("stream") = py::none(),
+        "topk(x, k, *, largest=True, sorted=True, index_dtype='int64', stream=None)\n--\n\n"
         R"doc(The k largest (or smallest) elements along the last axis, with their indices.
 
 x: a CUDA array (float32, float16 or bfloat16) whose last axis is contiguous and whose leading
