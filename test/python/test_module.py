@@ -69,3 +69,17 @@ def test_importing_cudaops_does_not_import_torch():
     code = ("import sys, cudaops, cudaops.ivf, cudaops.jit; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_signatures_are_pythons():
+    # help() and inspect.signature show each op's Python arguments, none of pybind11's C++ types.
+    import inspect
+    callables = [getattr(cudaops, name) for name in cudaops.__all__
+                 if callable(getattr(cudaops, name)) and not isinstance(getattr(cudaops, name), type)]
+    callables += [cudaops.ivf.Index.attention, cudaops.ivf.Index.search, cudaops.ivf.Index.extend,
+                  cudaops.ivf.build_global, cudaops.ivf.load, cudaops.Array.__init__]
+    for fn in callables:
+        text = str(inspect.signature(fn))
+        assert "object" not in text and "typing" not in text and "cudaops._core" not in text, text
+        assert not fn.__doc__.startswith(fn.__name__ + "("), fn.__doc__[:80]
+    assert str(inspect.signature(cudaops.add)) == "(a, b, *, out=None, stream=None)"

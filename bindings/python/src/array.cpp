@@ -394,34 +394,37 @@ Frameworks take it without a copy: torch.from_dlpack, cupy.from_dlpack, jax.dlpa
 bfloat16). Array(shape, dtype="float32", device=None, stream=None) allocates uninitialised memory,
 for example to pass as out=.
 )doc")
-      .def(py::init([](std::vector<int64_t> shape, py::handle dtype, const py::object& device,
-                       py::handle stream) {
-             const char* op = "cudaops.Array";
-             DType parsed = parse_dtype_arg(dtype, op);
-             StreamArg s = parse_stream(stream, op);
-             int dev = 0;
-             if (device.is_none()) {
-               check_cuda(cudaGetDevice(&dev), std::string(op) + ": CUDA is not available");
-             } else {
-               // A device ordinal: an int from 0 below the device count (DeviceGuard checks the
-               // count); anything else is refused naming `device`.
-               const int64_t d = int_arg(device, op, "device");
-               if (d < 0 || d > INT32_MAX) {
-                 throw py::value_error(std::string(op) +
-                                       ": device must be a CUDA device ordinal >= 0, got " +
-                                       std::to_string(d));
-               }
-               dev = static_cast<int>(d);
-             }
-             checked_size(shape, op, "shape");
-             DeviceGuard guard(dev, op);
-             auto array = std::make_unique<Array>(std::move(shape), parsed, dev, s.handle, op);
-             array->mark_ready(s.handle, op);
-             return array;
-           }),
-           py::arg("shape"), py::arg("dtype") = "float32", py::kw_only(),
-           py::arg("device") = py::none(), py::arg("stream") = py::none(),
-           "__init__(self, shape, dtype='float32', *, device=None, stream=None)\n--\n\n")
+      .def(
+          py::init([](std::vector<int64_t> shape, py::handle dtype, const py::object& device,
+                      py::handle stream) {
+            const char* op = "cudaops.Array";
+            DType parsed = parse_dtype_arg(dtype, op);
+            StreamArg s = parse_stream(stream, op);
+            int dev = 0;
+            if (device.is_none()) {
+              check_cuda(cudaGetDevice(&dev), std::string(op) + ": CUDA is not available");
+            } else {
+              // A device ordinal: an int from 0 below the device count (DeviceGuard checks the
+              // count); anything else is refused naming `device`.
+              const int64_t d = int_arg(device, op, "device");
+              if (d < 0 || d > INT32_MAX) {
+                throw py::value_error(std::string(op) +
+                                      ": device must be a CUDA device ordinal >= 0, got " +
+                                      std::to_string(d));
+              }
+              dev = static_cast<int>(d);
+            }
+            checked_size(shape, op, "shape");
+            DeviceGuard guard(dev, op);
+            auto array = std::make_unique<Array>(std::move(shape), parsed, dev, s.handle, op);
+            array->mark_ready(s.handle, op);
+            return array;
+          }),
+          py::arg("shape"), py::arg("dtype") = "float32", py::kw_only(),
+          py::arg("device") = py::none(), py::arg("stream") = py::none(),
+          "__init__(self, shape, dtype='float32', *, device=None, stream=None)\n--\n\n"
+          "Uninitialised memory of shape x dtype on `device` (None: the current one), allocated in "
+          "the order of `stream` (None: the legacy default stream).")
       .def_property_readonly("shape", &shape_tuple)
       .def_property_readonly(
           "dtype", [](const Array& a) { return dtype_name(a.dtype()); },
