@@ -8,7 +8,8 @@ calls. "One call" is the median wall time of a single call between two synchroni
 is timed making new results and, where it takes out=, writing into given arrays; with torch
 tensors against torch's op, and with CuPy arrays against CuPy's op where CuPy has one (else
 torch's). Top-k also runs in streams of 20 calls at its standard shapes, timed by CUDA events,
-next to the C++ time the CLI measures in the same way (--cli).
+next to the C++ time the CLI measures in the same way (--cli). With torch, the ops registered by
+cudaops.torch (torch.ops.cudaops.*) are timed next to the direct calls: the dispatcher's cost.
 """
 
 import argparse
@@ -127,6 +128,32 @@ def torch_cases(torch):
     ]
 
 
+def registered_cases(torch):
+    """(op, direct cudaops call, the same op through torch.ops.cudaops), torch tensors."""
+    import cudaops.torch as ct
+    dev = "cuda"
+    x = torch.randn(ROWS, COLS, device=dev)
+    y = torch.randn(ROWS, COLS, device=dev)
+    w = torch.randn(COLS, device=dev)
+    b = torch.randn(COLS, device=dev)
+    keys = torch.randn(2, 1024, 64, device=dev, dtype=torch.float16)
+    index = ct.Index(cudaops.ivf.build_global(keys, keys, 32, 2, n_iters=2))
+    queries = torch.randn(8, 1, 64, device=dev, dtype=torch.float16)
+    stream = torch.cuda.current_stream().cuda_stream
+    return [
+        ("add", lambda: cudaops.add(x, y, stream=stream), lambda: ct.add(x, y)),
+        ("softmax", lambda: cudaops.softmax(x, stream=stream), lambda: ct.softmax(x)),
+        ("layer_norm", lambda: cudaops.layer_norm(x, w, b, return_stats=True, stream=stream),
+         lambda: ct.layer_norm(x, w, b)),
+        ("rms_norm", lambda: cudaops.rms_norm(x, w, return_rstd=True, stream=stream),
+         lambda: ct.rms_norm(x, w)),
+        ("topk", lambda: cudaops.topk(x, 8, stream=stream), lambda: ct.topk(x, 8)),
+        ("ivf_attention", lambda: index.index.attention(queries, 4, 8, return_lse=True,
+                                                        stream=stream),
+         lambda: ct.ivf_attention(index, queries, 4, 8)),
+    ]
+
+
 def cupy_cases(cupy):
     """(op, results, cudaops new-result call, cudaops out= call, CuPy's own call or None)."""
     x = cupy.random.rand(ROWS, COLS, dtype=cupy.float32)
@@ -207,7 +234,7 @@ def main():
         import cupy
     except ImportError:
         cupy = None
-    report = {"torch": [], "cupy": [], "topk": []}
+    report = {"torch": [], "cupy": [], "topk": [], "registered": []}
     if torch is not None and torch.cuda.is_available():
         sync = torch.cuda.synchronize
         for op, results, new, out, theirs in torch_cases(torch):
@@ -218,6 +245,10 @@ def main():
             row["torch_one"] = one_call_us(theirs, sync) if theirs else None
             report["torch"].append(row)
         torch_by_op = {r["op"]: r["torch"] for r in report["torch"]}
+        for op, direct, registered in registered_cases(torch):
+            report["registered"].append({
+                "op": op, "direct": per_call_us(direct, sync, args.calls, args.repeats),
+                "registered": per_call_us(registered, sync, args.calls, args.repeats)})
         cpp = cli_topk_us(args.cli) if args.cli else {}
         for shape, (ours, theirs) in topk_streams(torch).items():
             report["topk"].append({"shape": shape, "python": ours, "torch": theirs,
@@ -258,6 +289,15 @@ def main():
             print(f"| {r['op']} | {r['results']} | {fmt(r['new'])} | {fmt(r['cupy'])} | "
                   f"{fmt(ratio(r['new'], r['cupy']), 2)} | {fmt(ratio(r['new'], r['torch']), 2)} "
                   f"| {fmt(r['out'])} |")
+        print()
+    if report["registered"]:
+        print("torch.library ops (cudaops.torch) next to the direct call, torch tensors on "
+              "torch's current stream (us per call):\n")
+        print("| op | direct | registered | added |")
+        print("|---|---:|---:|---:|")
+        for r in report["registered"]:
+            print(f"| {r['op']} | {fmt(r['direct'])} | {fmt(r['registered'])} | "
+                  f"{fmt(r['registered'] - r['direct'])} |")
         print()
     if report["topk"]:
         print("Top-k in runs of 20 calls, float32, CUDA events (us per call):\n")
