@@ -12,4 +12,5 @@
 #include "cudaops/status.h"
 #include "cudaops/stream.h"
 #include "cudaops/topk.h"
+#include "cudaops/types.h"
 #include "cudaops/version.h"

@@ -7,6 +7,7 @@
 #include "cudaops/export.h"
 #include "cudaops/status.h"
 #include "cudaops/stream.h"
+#include "cudaops/types.h"
 
 namespace cudaops {
 
@@ -36,17 +37,57 @@ namespace cudaops {
 // eps <= 0 or NaN), kMisaligned (a pointer not aligned to its element), kUnsupportedDtype,
 // kWorkspaceTooSmall, or kCudaError when a launch fails.
 
-/// A read-only matrix: row r at `data` + r * `row_stride` elements.
-struct ConstMatrixRef {
-  const void* data = nullptr;
-  int64_t row_stride = 0;
-};
+// Each op takes its arguments as a struct (aggregate, documented defaults) with the problem's
+// RowShape, as the backward passes below do; the positional forms after them are the same calls.
 
-/// A writable matrix: row r at `data` + r * `row_stride` elements.
-struct MatrixRef {
-  void* data = nullptr;
-  int64_t row_stride = 0;
+/// softmax: y = exp(x - max(x)) / sum(exp(x - max(x))) along each row (all -inf gives NaN).
+struct SoftmaxArgs {
+  ConstMatrixRef x{};
+  MatrixRef y{};  ///< may be x itself
 };
+CUDAOPS_EXPORT Status softmax(const SoftmaxArgs& args, const RowShape& shape, cudaStream_t stream);
+
+/// softmax_backward: dx = y * (dy - sum(dy * y)) along each row, y being softmax's output.
+struct SoftmaxBackwardArgs {
+  ConstMatrixRef y{};
+  ConstMatrixRef dy{};
+  MatrixRef dx{};  ///< may be y or dy itself
+};
+CUDAOPS_EXPORT Status softmax_backward(const SoftmaxBackwardArgs& args, const RowShape& shape,
+                                       cudaStream_t stream);
+
+/// layer_norm: y = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps).
+struct LayerNormArgs {
+  ConstMatrixRef x{};
+  const void* d_weight = nullptr;  ///< cols elements
+  const void* d_bias = nullptr;    ///< cols elements
+  MatrixRef y{};                   ///< may be x itself
+  float* d_mean = nullptr;         ///< rows float32, or null
+  float* d_rstd = nullptr;         ///< rows float32, or null
+  float eps = 1e-5f;
+};
+CUDAOPS_EXPORT Status layer_norm(const LayerNormArgs& args, const RowShape& shape,
+                                 cudaStream_t stream);
+
+/// rms_norm: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps).
+struct RmsNormArgs {
+  ConstMatrixRef x{};
+  const void* d_weight = nullptr;  ///< cols elements
+  MatrixRef y{};                   ///< may be x itself
+  float* d_rstd = nullptr;         ///< rows float32, or null
+  float eps = 1e-6f;
+};
+CUDAOPS_EXPORT Status rms_norm(const RmsNormArgs& args, const RowShape& shape, cudaStream_t stream);
+
+/// fused_add_rms_norm, in place: residual = x + residual, then x = rms_norm(residual) * weight.
+struct FusedAddRmsNormArgs {
+  MatrixRef x{};
+  MatrixRef residual{};
+  const void* d_weight = nullptr;  ///< cols elements
+  float eps = 1e-6f;
+};
+CUDAOPS_EXPORT Status fused_add_rms_norm(const FusedAddRmsNormArgs& args, const RowShape& shape,
+                                         cudaStream_t stream);
 
 /// y = exp(x - max(x)) / sum(exp(x - max(x))) along each row. A row of all -inf gives NaN.
 CUDAOPS_EXPORT Status softmax(ConstMatrixRef x, MatrixRef y, int64_t rows, int64_t cols,
@@ -75,20 +116,6 @@ CUDAOPS_EXPORT Status rms_norm(ConstMatrixRef x, const void* d_weight, MatrixRef
 CUDAOPS_EXPORT Status fused_add_rms_norm(MatrixRef x, MatrixRef residual, const void* d_weight,
                                          int64_t rows, int64_t cols, float eps, DType dtype,
                                          cudaStream_t stream);
-
-/// The shape of a row-wise problem: rows x cols elements of dtype.
-struct RowShape {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  DType dtype = DType::kFloat32;
-};
-
-/// Scratch device memory the caller provides to an op: `bytes` bytes at `data`, 16-byte aligned,
-/// sized by the op's *_workspace_size query (data may be null when that size is 0).
-struct Workspace {
-  void* data = nullptr;
-  size_t bytes = 0;
-};
 
 /// What layer_norm_backward reads and writes. Matrices are rows x cols, vectors of weights and
 /// their gradients cols elements in dtype, mean and rstd rows float32 values.

@@ -5,9 +5,9 @@
 
 #include "cudaops/dtype.h"
 #include "cudaops/export.h"
-#include "cudaops/rowwise.h"
 #include "cudaops/status.h"
 #include "cudaops/stream.h"
+#include "cudaops/types.h"
 
 namespace cudaops {
 
@@ -44,6 +44,23 @@ struct TopkOptions {
   bool sorted = true;                 ///< in rank order (else in ascending column order)
   DType index_dtype = DType::kInt64;  ///< kInt64 or kInt32
 };
+
+/// What topk reads and writes: x (shape.rows x shape.cols of shape.dtype), values (rows x k,
+/// shape.dtype) and indices (rows x k, options.index_dtype).
+struct TopkArgs {
+  ConstMatrixRef x{};
+  MatrixRef values{};
+  MatrixRef indices{};
+  int64_t k = 0;
+  TopkOptions options{};
+};
+
+/// Bytes of workspace topk needs for this shape and k (0 when every row fits one tile).
+CUDAOPS_EXPORT Status topk_workspace_size(const RowShape& shape, int64_t k, size_t* bytes);
+
+/// The top k of each row of args.x; `workspace` holds topk_workspace_size bytes.
+CUDAOPS_EXPORT Status topk(const TopkArgs& args, const RowShape& shape, Workspace workspace,
+                           cudaStream_t stream);
 
 /// Bytes of workspace topk needs for this problem (0 when every row fits one tile).
 CUDAOPS_EXPORT Status topk_workspace_size(int64_t rows, int64_t cols, int64_t k, DType dtype,

@@ -109,4 +109,13 @@ Status topk(ConstMatrixRef x, MatrixRef values, MatrixRef indices, int64_t rows,
   });
 }
 
+Status topk_workspace_size(const RowShape& shape, int64_t k, size_t* bytes) {
+  return topk_workspace_size(shape.rows, shape.cols, k, shape.dtype, bytes);
+}
+
+Status topk(const TopkArgs& args, const RowShape& shape, Workspace workspace, cudaStream_t stream) {
+  return topk(args.x, args.values, args.indices, shape.rows, shape.cols, args.k, shape.dtype,
+              args.options, workspace.data, workspace.bytes, stream);
+}
+
 }  // namespace cudaops

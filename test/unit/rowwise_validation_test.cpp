@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "cudaops/rowwise.h"
 #include "harness/cuda_util.h"
@@ -194,6 +195,34 @@ TEST(RowwiseValidation, ValidArgumentsWithoutDeviceReportCudaError) {
   size_t bytes = 0;
   EXPECT_EQ(layer_norm_backward_workspace_size({4, 8, kF16}, &bytes).code(),
             StatusCode::kCudaError);
+}
+
+// The argument structs are aggregates with the positional forms' defaults, and reach the same
+// checks (same messages) through the same entry points.
+static_assert(std::is_aggregate_v<SoftmaxArgs> && std::is_aggregate_v<SoftmaxBackwardArgs>);
+static_assert(std::is_aggregate_v<LayerNormArgs> && std::is_aggregate_v<RmsNormArgs>);
+static_assert(std::is_aggregate_v<FusedAddRmsNormArgs> && std::is_aggregate_v<RowShape>);
+
+TEST(RowwiseValidation, ArgumentStructs) {
+  EXPECT_EQ(LayerNormArgs{}.eps, 1e-5f);
+  EXPECT_EQ(RmsNormArgs{}.eps, 1e-6f);
+  EXPECT_EQ(FusedAddRmsNormArgs{}.eps, 1e-6f);
+  const RowShape shape{4, 8, kF16};
+  EXPECT_TRUE(FailsWith(softmax(SoftmaxArgs{{kX, 7}, {kY, 8}}, shape, nullptr),
+                        StatusCode::kInvalidArgument, {"softmax", "row_stride"}));
+  EXPECT_TRUE(FailsWith(
+      softmax_backward(SoftmaxBackwardArgs{{kX, 8}, {nullptr, 8}, {kY, 8}}, shape, nullptr),
+      StatusCode::kInvalidArgument, {"softmax_backward", "dy"}));
+  LayerNormArgs ln{{kX, 8}, kW, kB, {kY, 8}};
+  ln.eps = -1.0f;
+  EXPECT_TRUE(FailsWith(layer_norm(ln, shape, nullptr), StatusCode::kInvalidArgument,
+                        {"layer_norm", "eps"}));
+  EXPECT_TRUE(FailsWith(rms_norm(RmsNormArgs{{kX, 8}, nullptr, {kY, 8}}, shape, nullptr),
+                        StatusCode::kInvalidArgument, {"rms_norm", "weight"}));
+  EXPECT_TRUE(FailsWith(
+      fused_add_rms_norm(FusedAddRmsNormArgs{{kX, 8}, {kY, 8}, kW}, {4, 8, DType::kInt32}, nullptr),
+      StatusCode::kUnsupportedDtype, {"fused_add_rms_norm", "dtype"}));
+  EXPECT_TRUE(softmax(SoftmaxArgs{}, {0, 8, kF16}, nullptr).ok());
 }
 
 }  // namespace

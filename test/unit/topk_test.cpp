@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cudaops/topk.h"
@@ -54,6 +55,22 @@ TEST(TopkValidation, SizesAndK) {
                 StatusCode::kInvalidArgument, {"topk", "values", "row_stride"}));
   EXPECT_TRUE(FailsWith(Call(16, 8, 2, kDefault, kF32, kX, kV, kI, kWork, 0, int64_t{1} << 62),
                         StatusCode::kInvalidArgument, {"topk", "x", "2^63"}));
+}
+
+static_assert(std::is_aggregate_v<TopkArgs> && std::is_aggregate_v<TopkOptions>);
+
+TEST(TopkValidation, ArgumentStruct) {
+  TopkArgs args{{kX, 8}, {kV, 2}, {kI, 2}, 2};
+  size_t bytes = 1;
+  EXPECT_TRUE(topk_workspace_size({4, 8, kF32}, 2, &bytes).ok());
+  EXPECT_EQ(bytes, 0u);
+  args.k = 9;
+  EXPECT_TRUE(FailsWith(topk(args, {4, 8, kF32}, {}, nullptr), StatusCode::kInvalidArgument,
+                        {"topk", "k (9)", "cols (8)"}));
+  args.k = 2;
+  args.options.index_dtype = DType::kFloat16;
+  EXPECT_TRUE(
+      FailsWith(topk(args, {4, 8, kF32}, {}, nullptr), StatusCode::kUnsupportedDtype, {"topk"}));
 }
 
 TEST(TopkValidation, OutputsMustNotOverlap) {
