@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check: run from a clean checkout on a machine with an NVIDIA GPU.
-#   scripts/gpu_check.sh [--only cpp|python|bench|debug|sanitize] [LOG_DIR]
+#   scripts/gpu_check.sh [--only cpp|python|bench|debug|sanitize|decode] [LOG_DIR]
 #   SANITIZER_TOOL=racecheck SANITIZER_SHARD=0/4 scripts/gpu_check.sh --only sanitize [LOG_DIR]
 # C++: configures and builds the `gpu` preset with every core, runs every test (GPU tests and the
 # compute-sanitizer memcheck runs included), prints the bench table against the measured copy
@@ -210,6 +210,40 @@ check_debug() {
   wait "$loop" 2> /dev/null || true  # the loop killed: not a failure (failed= records those)
 }
 
+# The decode step and the index's Python side alone, for a bounded session: the CLI, the index's
+# and the decode attention's GPU tests (memcheck and racecheck of the attention's), --check from
+# the CLI, the module in the same tree with the Python tests of the index, the torch ops and the
+# ranks (gloo, two processes on one GPU), and the decode bench at both context lengths
+# (LOG_DIR/decode_attention.md for results_table.py --extra).
+check_decode() {
+  local py=${PYTHON:-python3} pybind_dir
+  pybind_dir=$("$py" -m pybind11 --cmakedir 2>/dev/null)
+  step configure cmake --preset gpu -DCUDAOPS_BUILD_BENCH=OFF -DCUDAOPS_BUILD_PYTHON=ON \
+    -DPython_EXECUTABLE="$(command -v "$py")" ${pybind_dir:+-Dpybind11_DIR=$pybind_dir} || return 1
+  step build cmake --build --preset gpu -j "$(nproc)" --target cudaops_cli \
+    cudaops_gpu_ivf_tests cudaops_gpu_ivf_attention_tests _core || return 1
+  local tests=build/gpu/test cli=build/gpu/apps/cudaops
+  step attention-gpu "$tests/cudaops_gpu_ivf_attention_tests"
+  step ivf-gpu "$tests/cudaops_gpu_ivf_tests"
+  step attention-memcheck compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$tests/cudaops_gpu_ivf_attention_tests"
+  step attention-racecheck compute-sanitizer --tool racecheck --error-exitcode 1 \
+    "$tests/cudaops_gpu_ivf_attention_tests" --gtest_filter='All/*'
+  expect attention-check "check: ok" "$cli" run ivf_attention --dtype bfloat16 --seq 16384 \
+    --clusters 1024 --segments 4 --n_probe 30 --n_estimate 200 --queries 2 --check
+  if ! "$cli" bench ivf_attention attention_merge --offsets 0 --json --no-progress \
+      > "$log/bench-decode.json" 2> "$log/bench-decode.err"; then
+    tail -20 "$log/bench-decode.err"
+    failed=1
+  fi
+  PYTHONPATH=$root/build/gpu/bindings/python step pytest-decode "$py" -m pytest \
+    test/python/test_ivf.py test/python/test_torch_ops.py test/python/test_distributed.py \
+    -q -rs -p no:cacheprovider
+  PYTHONPATH=$root/build/gpu/bindings/python step decode-bench "$py" bench/decode_attention.py \
+    --models llm gaussian --tokens 131072 1048576 --json "$log/decode.json" \
+    --markdown "$log/decode_attention.md"
+}
+
 # One compute-sanitizer tool over every GPU test binary (ctest label sanitizer.TOOL), in slices
 # that fit a bounded session: SHARD is INDEX/COUNT of GoogleTest's sharding (each binary runs
 # the cases of that shard). Appends a line to LOG_DIR/sanitizers.md: date, commit, tool, shard,
@@ -236,7 +270,8 @@ case $only in
   python) check_python || failed=1 ;;
   debug) check_debug || failed=1 ;;
   bench) check_bench || failed=1 ;;
-  *) echo "--only takes cpp, python, bench, debug or sanitize" >&2; exit 2 ;;
+  decode) check_decode || failed=1 ;;
+  *) echo "--only takes cpp, python, bench, debug, sanitize or decode" >&2; exit 2 ;;
 esac
 if [ ! -f "$log/info.txt" ] && command -v nvidia-smi > /dev/null; then
   echo "device 0: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" > "$log/info.txt"
@@ -260,7 +295,8 @@ if [ -f "$log/bench.json" ]; then
   rm -f "$log/RESULTS.md"
   [ -f bench/RESULTS.md ] && cp bench/RESULTS.md "$log/RESULTS.md"
   extras=()
-  for f in python_overhead rowwise_torch topk_torch kmeans_torch ivf_torch jit multi_gpu; do
+  for f in python_overhead rowwise_torch topk_torch kmeans_torch ivf_torch decode_attention jit \
+    multi_gpu; do
     [ -s "$log/$f.md" ] && extras+=("$log/$f.md")
   done
   stream_arg=()
