@@ -14,8 +14,26 @@ present in one build only, or with other instructions, is listed.
 import re
 import sys
 
-# _GLOBAL__N__<8 hex>_<len>_<file>_cu_<8 hex>[_NNNN], with its own length prefix.
-ANON = re.compile(r"\d+_GLOBAL__N__[0-9a-f]{8}_\d+_[A-Za-z0-9_]+?_cu_[0-9a-f]{8}(_\d{4})?")
+# _GLOBAL__N__<8 hex>_<len>_<file>_cu_<8 hex>[_<digits>], cut by its own length prefix (the
+# trailing digits vary from one compilation to the next).
+ANON_START = re.compile(r"(\d+)_GLOBAL__N__")
+
+
+class _Anon:
+    @staticmethod
+    def sub(replacement, text):
+        out, pos = [], 0
+        for m in ANON_START.finditer(text):
+            if m.start() < pos:
+                continue
+            length = int(m.group(1))
+            out.append(text[pos:m.start()] + replacement)
+            pos = m.start() + len(m.group(1)) + length
+        out.append(text[pos:])
+        return "".join(out)
+
+
+ANON = _Anon()
 ADDRESS = re.compile(r"/\*[0-9a-f]{4,}\*/")
 FUNCTION = re.compile(r"\s*Function : (\S+)")
 

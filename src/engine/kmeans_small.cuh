@@ -167,6 +167,119 @@ __device__ __noinline__ void cosine_weights(const unsigned char* x_tile, int row
   if (part < round && r < rows_here) w[r] = held > 0.0f ? 1.0f / sqrtf(held) : 0.0f;
 }
 
+/// The block's points into x_tile (rows past the problem's end and values past d zero), the
+/// mean subtracted into mu, and the operand rows past k zero with infinite biases (they never
+/// win); waits for the copies.
+template <typename T>
+__device__ __forceinline__ void load_block(const SmallArgs<T>& a, const T* first, int64_t row0,
+                                           int rows, int rows_here, int pieces, int64_t b,
+                                           unsigned char* x_tile, unsigned char* operand, float* mu,
+                                           float* bias) {
+  const SmallLayout& l = a.l;
+  const int tid = threadIdx.x;
+  const int row_valid_bytes = a.d * static_cast<int>(sizeof(T));
+  for (int idx = tid; idx < rows * pieces; idx += kSmallThreads) {
+    const int r = idx / pieces, q = idx % pieces;
+    const int bytes = r < rows_here ? max(0, min(16, row_valid_bytes - q * 16)) : 0;
+    const unsigned char* src =
+        reinterpret_cast<const unsigned char*>(bytes > 0 ? first + (row0 + r) * a.rows.ld : first);
+    copy16(x_tile + r * l.row_bytes + q * 16, src + (bytes > 0 ? q * 16 : 0), bytes);
+  }
+  copy_commit();
+  for (int e = tid; e < a.d_pad; e += kSmallThreads)
+    mu[e] = a.means != nullptr && e < a.d ? __ldg(a.means + b * a.d + e) : 0.0f;
+  for (int idx = tid; idx < (l.k_pad - a.k) * (l.row_bytes / 4); idx += kSmallThreads)
+    reinterpret_cast<uint32_t*>(operand + a.k * l.row_bytes)[idx] = 0u;
+  for (int j = a.k + tid; j < l.k_pad; j += kSmallThreads)
+    bias[j] = INFINITY;
+  copy_wait<0>();
+  __syncthreads();
+}
+
+/// The fit's end: the block's labels, and each point's distance to its centroid in float32 (as
+/// kmeans_kernels.cuh's distance_kernel computes it) where asked for; m: the mean's values of the
+/// lane's piece.
+template <typename T, int kL>
+__device__ __forceinline__ void write_labels_and_distances(const SmallArgs<T>& a, int64_t b,
+                                                           int64_t row0, int rows_here, int pieces,
+                                                           const unsigned char* x_tile,
+                                                           const int* label,
+                                                           const float (&m)[kPieceValues<T>]) {
+  constexpr int kV = kPieceValues<T>;
+  constexpr int kR = kWarp / kL;
+  const SmallLayout& l = a.l;
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int sub = lane / kL, part = lane % kL;
+  const int64_t label_base =
+      a.labels_by_offsets && a.rows.offsets != nullptr ? a.rows.offsets[b] : b * a.rows.n;
+  for (int r = tid; r < rows_here; r += kSmallThreads)
+    a.labels[label_base + row0 + r] = label[r];
+  for (int r0 = warp * kR; a.distances != nullptr && r0 < rows_here; r0 += kSmallWarps * kR) {
+    const int r = r0 + sub;
+    float dot = 0.0f, yy = 0.0f, dd = 0.0f;
+    if (r < rows_here && part < pieces) {
+      float f[kV];
+      piece_to_floats<T>(*reinterpret_cast<const uint4*>(x_tile + r * l.row_bytes + part * 16), f);
+      const float* c = a.centroids + (b * a.k + label[r]) * a.d;
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        if (part * kV + e < a.d) add_distance_terms(f[e] - m[e], c[part * kV + e], dot, yy, dd);
+      }
+    }
+    const float distance = group_distance<kL>(dot, yy, dd, a.cosine);
+    if (r < rows_here && part == 0) a.distances[b * a.rows.n + row0 + r] = distance;
+  }
+}
+
+/// Each changed cluster's sum over the block's points (x - mean, times the point's weight w):
+/// the lanes' groups take every kR-th point in row order (kU loaded before any is added), added
+/// in a fixed order, into sums [k][d_pad]; m: the mean's values of the lane's piece.
+template <typename T, int kL, int kU>
+__device__ __forceinline__ void sum_changed(int d_pad, int row_bytes, int pieces, int n_changed,
+                                            const int* changed, const int* count, const int* start,
+                                            const int* perm, const float* w,
+                                            const unsigned char* x_tile,
+                                            const float (&m)[kPieceValues<T>], float* sums) {
+  constexpr int kV = kPieceValues<T>;
+  constexpr int kR = kWarp / kL;
+  const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
+  const int sub = lane / kL, part = lane % kL;
+  for (int j = warp; j < n_changed; j += kSmallWarps) {
+    const int c = changed[j];
+    float acc[kV] = {};
+    const int n_c = count[c], s_c = start[c];
+    for (int p0 = 0; p0 < n_c; p0 += kR * kU) {
+      uint4 raw[kU];
+      float scale[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int p = p0 + u * kR + sub;
+        const bool valid = p < n_c && part < pieces;
+        const int row = valid ? perm[s_c + p] : 0;
+        scale[u] = valid ? w[row] : 0.0f;
+        raw[u] = valid ? *reinterpret_cast<const uint4*>(x_tile + row * row_bytes + part * 16)
+                       : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        float f[kV];
+        piece_to_floats<T>(raw[u], f);
+#pragma unroll
+        for (int e = 0; e < kV; ++e)
+          acc[e] = fmaf(f[e] - m[e], scale[u], acc[e]);
+      }
+    }
+    add_groups<kL>(acc, lane);
+    if (sub == 0 && part < pieces) {
+#pragma unroll
+      for (int e = 0; e < kV; e += 4) {
+        *reinterpret_cast<float4*>(sums + c * d_pad + part * kV + e) =
+            make_float4(acc[e], acc[e + 1], acc[e + 2], acc[e + 3]);
+      }
+    }
+  }
+}
+
 // 128 registers a thread: the products' accumulators fit, and 16 warps hide the latencies of
 // the sums and the grouping. kL lanes read a row, a 16-byte piece each (kL pieces cover d_pad);
 // a warp's products take kM tiles of 16 rows.
@@ -174,8 +287,7 @@ template <typename T, int kL, int kM>
 __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T> a) {
   constexpr int kTile = 16 * kM;       // rows of a warp's products
   constexpr int kV = kPieceValues<T>;  // values per piece
-  constexpr int kR = kWarp / kL;       // rows a warp reads at once
-  constexpr int kU = 2;                // of which each lane loads this many before adding any
+  constexpr int kU = 2;                // points each lane loads before adding any (sum_changed)
   extern __shared__ __align__(16) unsigned char smem[];
   const SmallLayout& l = a.l;
   const int rows = l.rows;         // points per block, at most kSmallWarps * kTile
@@ -200,7 +312,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
   const int rank = static_cast<int>(blockIdx.x % a.blocks);
   const int64_t b = blockIdx.x / a.blocks;
   const int tid = threadIdx.x, warp = tid / kWarp, lane = tid % kWarp;
-  const int sub = lane / kL, part = lane % kL;
+  const int part = lane % kL;
   const int pieces = a.d_pad * static_cast<int>(sizeof(T)) / 16;  // of a row, <= kL
   const T* first;
   int64_t len;
@@ -226,25 +338,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     }
   };
 
-  // The block's points: rows past the problem's end and values past d are zero.
-  const int row_valid_bytes = a.d * static_cast<int>(sizeof(T));
-  for (int idx = tid; idx < rows * pieces; idx += kSmallThreads) {
-    const int r = idx / pieces, q = idx % pieces;
-    const int bytes = r < rows_here ? max(0, min(16, row_valid_bytes - q * 16)) : 0;
-    const unsigned char* src =
-        reinterpret_cast<const unsigned char*>(bytes > 0 ? first + (row0 + r) * a.rows.ld : first);
-    copy16(x_tile + r * l.row_bytes + q * 16, src + (bytes > 0 ? q * 16 : 0), bytes);
-  }
-  copy_commit();
-  for (int e = tid; e < a.d_pad; e += kSmallThreads)
-    mu[e] = a.means != nullptr && e < a.d ? __ldg(a.means + b * a.d + e) : 0.0f;
-  // Operand rows past k are zero, their bias infinite: they never win.
-  for (int idx = tid; idx < (l.k_pad - a.k) * (l.row_bytes / 4); idx += kSmallThreads)
-    reinterpret_cast<uint32_t*>(operand + a.k * l.row_bytes)[idx] = 0u;
-  for (int j = a.k + tid; j < l.k_pad; j += kSmallThreads)
-    bias[j] = INFINITY;
-  copy_wait<0>();
-  __syncthreads();
+  load_block(a, first, row0, rows, rows_here, pieces, b, x_tile, operand, mu, bias);
   // The mean's values of the lane's piece (read where used: kept in registers through the
   // products, they spill).
   auto piece_mean = [&](float(&m)[kV]) {
@@ -467,40 +561,8 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     {
       float m[kV];
       piece_mean(m);
-      for (int j = warp; j < n_changed; j += kSmallWarps) {
-        const int c = changed[j];
-        float acc[kV] = {};
-        const int n_c = count[c], s_c = start[c];
-        for (int p0 = 0; p0 < n_c; p0 += kR * kU) {
-          uint4 raw[kU];
-          float scale[kU];
-#pragma unroll
-          for (int u = 0; u < kU; ++u) {
-            const int p = p0 + u * kR + sub;
-            const bool valid = p < n_c && part < pieces;
-            const int row = valid ? perm[s_c + p] : 0;
-            scale[u] = valid ? w[row] : 0.0f;
-            raw[u] = valid ? *reinterpret_cast<const uint4*>(x_tile + row * l.row_bytes + part * 16)
-                           : make_uint4(0, 0, 0, 0);
-          }
-#pragma unroll
-          for (int u = 0; u < kU; ++u) {
-            float f[kV];
-            piece_to_floats<T>(raw[u], f);
-#pragma unroll
-            for (int e = 0; e < kV; ++e)
-              acc[e] = fmaf(f[e] - m[e], scale[u], acc[e]);
-          }
-        }
-        add_groups<kL>(acc, lane);
-        if (sub == 0 && part < pieces) {
-#pragma unroll
-          for (int e = 0; e < kV; e += 4) {
-            *reinterpret_cast<float4*>(sums + c * a.d_pad + part * kV + e) =
-                make_float4(acc[e], acc[e + 1], acc[e + 2], acc[e + 3]);
-          }
-        }
-      }
+      sum_changed<T, kL, kU>(a.d_pad, l.row_bytes, pieces, n_changed, changed, count, start, perm,
+                             w, x_tile, m, sums);
     }
     sync_all();  // every block's sums, counts and changed clusters are written
     if (a.keeps) {
@@ -572,27 +634,9 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
     assign_points(false);
     __syncthreads();
   }
-  const int64_t label_base =
-      a.labels_by_offsets && a.rows.offsets != nullptr ? a.rows.offsets[b] : b * a.rows.n;
-  for (int r = tid; r < rows_here; r += kSmallThreads)
-    a.labels[label_base + row0 + r] = label[r];
   float m[kV];
   piece_mean(m);
-  for (int r0 = warp * kR; a.distances != nullptr && r0 < rows_here; r0 += kSmallWarps * kR) {
-    const int r = r0 + sub;
-    float dot = 0.0f, yy = 0.0f, dd = 0.0f;
-    if (r < rows_here && part < pieces) {
-      float f[kV];
-      piece_to_floats<T>(*reinterpret_cast<const uint4*>(x_tile + r * l.row_bytes + part * 16), f);
-      const float* c = a.centroids + (b * a.k + label[r]) * a.d;
-#pragma unroll
-      for (int e = 0; e < kV; ++e) {
-        if (part * kV + e < a.d) add_distance_terms(f[e] - m[e], c[part * kV + e], dot, yy, dd);
-      }
-    }
-    const float distance = group_distance<kL>(dot, yy, dd, a.cosine);
-    if (r < rows_here && part == 0) a.distances[b * a.rows.n + row0 + r] = distance;
-  }
+  write_labels_and_distances<T, kL>(a, b, row0, rows_here, pieces, x_tile, label, m);
   if (a.done != nullptr) {
     __syncthreads();  // the block's writes are done
     if (tid == 0) {
