@@ -69,13 +69,19 @@ def shared_cases(x, y, w, out, theirs):
     ]
 
 
+def torch_arrays(torch):
+    """The torch inputs both torch benches use: x, y [ROWS, COLS], w, b [COLS] float32, and keys
+    [2, 1024, 64] float16 for an index."""
+    dev = "cuda"
+    return (torch.randn(ROWS, COLS, device=dev), torch.randn(ROWS, COLS, device=dev),
+            torch.randn(COLS, device=dev), torch.randn(COLS, device=dev),
+            torch.randn(2, 1024, 64, device=dev, dtype=torch.float16))
+
+
 def torch_cases(torch):
     """(op, results, cudaops new-result call, cudaops out= call or None, torch call or None)."""
     dev = "cuda"
-    x = torch.randn(ROWS, COLS, device=dev)
-    y = torch.randn(ROWS, COLS, device=dev)
-    w = torch.randn(COLS, device=dev)
-    b = torch.randn(COLS, device=dev)
+    x, y, w, b, keys = torch_arrays(torch)
     out = torch.empty_like(x)
     _, mean, rstd = cudaops.layer_norm(x, w, b, 1e-5, return_stats=True)
     _, rms_rstd = cudaops.rms_norm(x, w, 1e-6, return_rstd=True)
@@ -90,7 +96,6 @@ def torch_cases(torch):
     fused_rms_bwd = maybe("_fused_rms_norm_backward")
     res = torch.randn(ROWS, COLS, device=dev)
     points = torch.randn(4, 64, 16, device=dev)
-    keys = torch.randn(2, 1024, 64, device=dev, dtype=torch.float16)
     index = cudaops.ivf.build_global(keys, keys, 32, 2)
     queries = torch.randn(2, 1, 64, device=dev, dtype=torch.float16)
     return shared_cases(x, y, w, out, {
@@ -131,14 +136,9 @@ def torch_cases(torch):
 def registered_cases(torch):
     """(op, direct cudaops call, the same op through torch.ops.cudaops), torch tensors."""
     import cudaops.torch as ct
-    dev = "cuda"
-    x = torch.randn(ROWS, COLS, device=dev)
-    y = torch.randn(ROWS, COLS, device=dev)
-    w = torch.randn(COLS, device=dev)
-    b = torch.randn(COLS, device=dev)
-    keys = torch.randn(2, 1024, 64, device=dev, dtype=torch.float16)
+    x, y, w, b, keys = torch_arrays(torch)
     index = ct.Index(cudaops.ivf.build_global(keys, keys, 32, 2, n_iters=2))
-    queries = torch.randn(8, 1, 64, device=dev, dtype=torch.float16)
+    queries = torch.randn(8, 1, 64, device="cuda", dtype=torch.float16)
     stream = torch.cuda.current_stream().cuda_stream
     return [
         ("add", lambda: cudaops.add(x, y, stream=stream), lambda: ct.add(x, y)),

@@ -19,21 +19,18 @@ import sys
 ANON_START = re.compile(r"(\d+)_GLOBAL__N__")
 
 
-class _Anon:
-    @staticmethod
-    def sub(replacement, text):
-        out, pos = [], 0
-        for m in ANON_START.finditer(text):
-            if m.start() < pos:
-                continue
-            length = int(m.group(1))
-            out.append(text[pos:m.start()] + replacement)
-            pos = m.start() + len(m.group(1)) + length
-        out.append(text[pos:])
-        return "".join(out)
+def without_anon(text):
+    """`text` with each anonymous namespace's name (and its length prefix) replaced by ANON."""
+    out, pos = [], 0
+    for m in ANON_START.finditer(text):
+        if m.start() < pos:
+            continue
+        out.append(text[pos:m.start()] + "ANON")
+        pos = m.start() + len(m.group(1)) + int(m.group(1))
+    out.append(text[pos:])
+    return "".join(out)
 
 
-ANON = _Anon()
 ADDRESS = re.compile(r"/\*[0-9a-f]{4,}\*/")
 FUNCTION = re.compile(r"\s*Function : (\S+)")
 
@@ -47,9 +44,9 @@ def kernels(path):
             if m:
                 if name is not None:
                     found.setdefault(name, []).append("".join(lines))
-                name, lines = ANON.sub("ANON", m.group(1)), []
+                name, lines = without_anon(m.group(1)), []
             elif name is not None:
-                lines.append(ANON.sub("ANON", ADDRESS.sub("", line)))
+                lines.append(without_anon(ADDRESS.sub("", line)))
     if name is not None:
         found.setdefault(name, []).append("".join(lines))
     return found

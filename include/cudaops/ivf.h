@@ -32,6 +32,9 @@ namespace cudaops {
 // not reallocate.
 
 /// The sizes an index buffer is laid out for.
+/// Most clusters per head an index holds (shape.max_clusters).
+inline constexpr int64_t kIvfMaxClusters = 32768;
+
 struct IvfShape {
   int64_t heads = 0;              ///< kv heads H
   int64_t dim = 0;                ///< D of the keys: a multiple of 8, 8 to 512

@@ -16,7 +16,7 @@
 namespace cudaops::detail::ivf {
 
 /// Most clusters per head (k-means' largest problem).
-inline constexpr int64_t kMaxClusters = 32768;
+inline constexpr int64_t kMaxClusters = kIvfMaxClusters;
 /// Most dimensions of keys and values.
 inline constexpr int64_t kMaxDim = 512;
 

@@ -93,6 +93,31 @@ std::vector<T> Copy(const void* device, int64_t count) {
   return host;
 }
 
+/// Tokens [from, to) of every head of keys [heads, seq, dim].
+HostArray TokenRange(const HostArray& keys, int64_t heads, int64_t seq, int64_t dim, int64_t from,
+                     int64_t to) {
+  HostArray out(keys.dtype(), heads * (to - from) * dim);
+  const int64_t row = keys.size_bytes() / keys.size() * dim;
+  for (int64_t h = 0; h < heads; ++h) {
+    std::memcpy(static_cast<unsigned char*>(out.data()) + h * (to - from) * row,
+                static_cast<const unsigned char*>(keys.data()) + (h * seq + from) * row,
+                static_cast<size_t>((to - from) * row));
+  }
+  return out;
+}
+
+/// `buffer` sized for index->shape and poisoned (0xff), as index->data.
+::testing::AssertionResult AllocateIndex(IvfIndex* index, DeviceBuffer* buffer) {
+  IvfLayout layout;
+  if (!ivf_index_size(index->shape, &layout).ok() ||
+      !buffer->allocate(static_cast<int64_t>(layout.bytes)).ok()) {
+    return ::testing::AssertionFailure() << "sizes or allocation";
+  }
+  cudaMemset(buffer->get(), 0xff, layout.bytes);
+  index->data = buffer->get();
+  return ::testing::AssertionSuccess();
+}
+
 struct Built {
   std::vector<float> means, centroids, value_sums;
   std::vector<int64_t> offsets;
@@ -886,15 +911,8 @@ TEST(IvfExtend, AppendsASegment) {
     c.n_queries = 2;
     const HostArray all = Keys(c.build, 31);
     const int64_t built = 1000, added = 400, d = 64;
-    HostArray first(dtype, 2 * built * d), rest(dtype, 2 * added * d);
-    for (int64_t h = 0; h < 2; ++h) {
-      std::memcpy(static_cast<unsigned char*>(first.data()) + h * built * d * 2,
-                  static_cast<const unsigned char*>(all.data()) + h * 1400 * d * 2,
-                  static_cast<size_t>(built * d * 2));
-      std::memcpy(static_cast<unsigned char*>(rest.data()) + h * added * d * 2,
-                  static_cast<const unsigned char*>(all.data()) + (h * 1400 + built) * d * 2,
-                  static_cast<size_t>(added * d * 2));
-    }
+    const HostArray first = TokenRange(all, 2, 1400, d, 0, built);
+    const HostArray rest = TokenRange(all, 2, 1400, d, built, 1400);
     Case b = c.build;
     b.seq = built;
     b.capacity = 1400;
@@ -1001,12 +1019,8 @@ TEST(IvfFile, SaveLoadSearchesTheSame) {
   loaded.shape = saved;
   loaded.shape.capacity += 100;
   loaded.shape.max_clusters += 5;
-  IvfLayout layout;
-  ASSERT_TRUE(ivf_index_size(loaded.shape, &layout).ok());
   DeviceBuffer buffer;
-  ASSERT_TRUE(buffer.allocate(static_cast<int64_t>(layout.bytes)).ok());
-  cudaMemset(buffer.get(), 0xff, layout.bytes);
-  loaded.data = buffer.get();
+  ASSERT_TRUE(AllocateIndex(&loaded, &buffer));
   ASSERT_TRUE(ivf_load(path.c_str(), &loaded, nullptr).ok());
   EXPECT_EQ(loaded.tokens, 1200);
   EXPECT_EQ(loaded.n_clusters, 24);
@@ -1033,7 +1047,11 @@ TEST(IvfCopy, GrowAndShrinkSearchTheSame) {
   c.build.segments = 2;
   c.q_heads = 4;
   c.n_queries = 2;
-  const HostArray keys = Keys(c.build, 23);
+  Case both = c.build;  // the tokens built, then those the grown index takes
+  both.seq = 2400;
+  const HostArray all = Keys(both, 23);
+  const HostArray keys = TokenRange(all, 2, 2400, 64, 0, 1200);
+  const HostArray rest = TokenRange(all, 2, 2400, 64, 1200, 2400);
   DeviceIndex dev;
   ASSERT_TRUE(BuildKept(c.build, keys, &dev));
   const HostArray queries = Queries(c, keys, 6);
@@ -1044,12 +1062,8 @@ TEST(IvfCopy, GrowAndShrinkSearchTheSame) {
   grown.shape = dev.index.shape;
   grown.shape.capacity = 2400;
   grown.shape.max_clusters = 48;
-  IvfLayout layout;
-  ASSERT_TRUE(ivf_index_size(grown.shape, &layout).ok());
   DeviceBuffer big;
-  ASSERT_TRUE(big.allocate(static_cast<int64_t>(layout.bytes)).ok());
-  cudaMemset(big.get(), 0xff, layout.bytes);
-  grown.data = big.get();
+  ASSERT_TRUE(AllocateIndex(&grown, &big));
   ASSERT_TRUE(ivf_copy(dev.index, &grown, stream).ok());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_EQ(grown.tokens, 1200);
@@ -1059,23 +1073,12 @@ TEST(IvfCopy, GrowAndShrinkSearchTheSame) {
   tight.shape = grown.shape;
   tight.shape.capacity = 1200;
   tight.shape.max_clusters = 24;
-  ASSERT_TRUE(ivf_index_size(tight.shape, &layout).ok());
   DeviceBuffer small;
-  ASSERT_TRUE(small.allocate(static_cast<int64_t>(layout.bytes)).ok());
-  tight.data = small.get();
+  ASSERT_TRUE(AllocateIndex(&tight, &small));
   ASSERT_TRUE(ivf_copy(grown, &tight, stream).ok());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_EQ(SearchOn(tight, queries, c.q_heads, c.n_queries, 30, 5), want);
   // The grown index takes 1200 more tokens: every cluster probed is then exact search.
-  Case more = c.build;
-  more.seq = 2400;
-  const HostArray all = Keys(more, 23);
-  HostArray rest(c.build.dtype, 2 * 1200 * 64);
-  for (int64_t h = 0; h < 2; ++h) {
-    std::memcpy(static_cast<unsigned char*>(rest.data()) + h * 1200 * 64 * 2,
-                static_cast<const unsigned char*>(all.data()) + (h * 2400 + 1200) * 64 * 2,
-                1200 * 64 * 2);
-  }
   DeviceBuffer d_rest, workspace;
   ASSERT_TRUE(d_rest.allocate(rest.size_bytes()).ok());
   cudaMemcpy(d_rest.get(), rest.data(), static_cast<size_t>(rest.size_bytes()),
@@ -1092,21 +1095,12 @@ TEST(IvfCopy, GrowAndShrinkSearchTheSame) {
   ASSERT_TRUE(ivf_extend(input, params, &grown, workspace.get(), bytes, stream).ok());
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_EQ(grown.tokens, 2400);
-  // The extended keys are the second half of `all` drawn for 2400 tokens; the first half of
-  // `all` differs from `keys`, so the reference joins keys and rest head by head.
-  HostArray joined(c.build.dtype, 2 * 2400 * 64);
-  for (int64_t h = 0; h < 2; ++h) {
-    std::memcpy(static_cast<unsigned char*>(joined.data()) + h * 2400 * 64 * 2,
-                static_cast<const unsigned char*>(keys.data()) + h * 1200 * 64 * 2, 1200 * 64 * 2);
-    std::memcpy(static_cast<unsigned char*>(joined.data()) + (h * 2400 + 1200) * 64 * 2,
-                static_cast<const unsigned char*>(rest.data()) + h * 1200 * 64 * 2, 1200 * 64 * 2);
-  }
   ref::IvfShape shape;
   shape.heads = 2;
   shape.seq = 2400;
   shape.dim = 64;
   const ref::IvfSearchReference exact =
-      ref::exact_search(joined, queries, shape, c.q_heads, c.n_queries, 30);
+      ref::exact_search(all, queries, shape, c.q_heads, c.n_queries, 30);
   const std::vector<double> got = SearchOn(grown, queries, c.q_heads, c.n_queries, 30, 48);
   for (size_t i = 0; i < exact.scores.size(); ++i) {
     EXPECT_NEAR(got[i], exact.scores[i], 1e-3 * (1 + std::abs(exact.scores[i]))) << i;

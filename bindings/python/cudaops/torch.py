@@ -66,6 +66,11 @@ def _rows(x):
     return x.shape[:-1]
 
 
+def _like(x, *_):
+    """The fake result of an op whose result has its first argument's shape and dtype."""
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 # Element-wise and row-wise ops.
 
 @_op("add", "(Tensor a, Tensor b) -> Tensor")
@@ -76,7 +81,7 @@ def _add(a, b):
 @_add.register_fake
 def _(a, b):
     torch._check(a.shape == b.shape, lambda: "cudaops.add: a and b must have the same shape")
-    return torch.empty_like(a, memory_format=torch.contiguous_format)
+    return _like(a)
 
 
 @_op("add_scalar", "(Tensor a, float alpha) -> Tensor")
@@ -84,19 +89,9 @@ def _add_scalar(a, alpha):
     return cudaops.add_scalar(a, alpha, stream=_stream(a))
 
 
-@_add_scalar.register_fake
-def _(a, alpha):
-    return torch.empty_like(a, memory_format=torch.contiguous_format)
-
-
 @_op("softmax", "(Tensor x) -> Tensor")
 def _softmax(x):
     return cudaops.softmax(x, stream=_stream(x))
-
-
-@_softmax.register_fake
-def _(x):
-    return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @_op("softmax_backward", "(Tensor y, Tensor dy) -> Tensor")
@@ -104,10 +99,9 @@ def _softmax_backward(y, dy):
     return cudaops.softmax_backward(y, dy, stream=_stream(y))
 
 
-@_softmax_backward.register_fake
-def _(y, dy):
-    return torch.empty_like(y, memory_format=torch.contiguous_format)
-
+# Their results have the first argument's shape and dtype.
+for _fake_like in (_add_scalar, _softmax, _softmax_backward):
+    _fake_like.register_fake(_like)
 
 @_op("layer_norm", "(Tensor x, Tensor weight, Tensor bias, float eps) -> (Tensor, Tensor, Tensor)")
 def _layer_norm(x, weight, bias, eps):
@@ -117,7 +111,7 @@ def _layer_norm(x, weight, bias, eps):
 @_layer_norm.register_fake
 def _(x, weight, bias, eps):
     stats = x.new_empty(_rows(x), dtype=torch.float32)
-    return torch.empty_like(x, memory_format=torch.contiguous_format), stats, stats.clone()
+    return _like(x), stats, stats.clone()
 
 
 @_op("layer_norm_backward",
@@ -129,7 +123,7 @@ def _layer_norm_backward(dy, x, weight, mean, rstd):
 @_layer_norm_backward.register_fake
 def _(dy, x, weight, mean, rstd):
     dw = x.new_empty(x.shape[-1:])
-    return torch.empty_like(x, memory_format=torch.contiguous_format), dw, dw.clone()
+    return _like(x), dw, dw.clone()
 
 
 @_op("rms_norm", "(Tensor x, Tensor weight, float eps) -> (Tensor, Tensor)")
@@ -139,8 +133,7 @@ def _rms_norm(x, weight, eps):
 
 @_rms_norm.register_fake
 def _(x, weight, eps):
-    return (torch.empty_like(x, memory_format=torch.contiguous_format),
-            x.new_empty(_rows(x), dtype=torch.float32))
+    return _like(x), x.new_empty(_rows(x), dtype=torch.float32)
 
 
 @_op("rms_norm_backward", "(Tensor dy, Tensor x, Tensor weight, Tensor rstd) -> (Tensor, Tensor)")
@@ -150,7 +143,7 @@ def _rms_norm_backward(dy, x, weight, rstd):
 
 @_rms_norm_backward.register_fake
 def _(dy, x, weight, rstd):
-    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty(x.shape[-1:])
+    return _like(x), x.new_empty(x.shape[-1:])
 
 
 @_op("fused_add_rms_norm", "(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()",

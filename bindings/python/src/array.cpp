@@ -168,11 +168,8 @@ void Array::order_before(cudaStream_t consumer) const {
   // A stream being captured into a CUDA graph cannot wait for an event recorded outside the
   // capture; where that event has completed (an index built before the capture) there is
   // nothing to wait for.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(consumer, &capture) == cudaSuccess &&
-      capture == cudaStreamCaptureStatusActive) {
-    const cudaError_t state = cudaEventQuery(memory_->ready);
-    if (state == cudaSuccess) return;
+  if (capturing(consumer, "cudaops.Array.__dlpack__")) {
+    if (cudaEventQuery(memory_->ready) == cudaSuccess) return;
     (void)cudaGetLastError();
   }
   check_cuda(cudaStreamWaitEvent(consumer, memory_->ready, 0),

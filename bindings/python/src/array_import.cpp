@@ -175,10 +175,7 @@ void CallContext::check_stream_device(int device) const {
   if (stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread) return;
   // A capturing stream's device cannot be asked (the query fails and invalidates the capture, in
   // every capture mode); a kernel captured on a stream of another device fails at its launch.
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check_cuda(cudaStreamIsCapturing(stream, &capture),
-             std::string(op_) + ": stream: cannot query its capture status");
-  if (capture != cudaStreamCaptureStatusNone) return;
+  if (capturing(stream, std::string(op_) + ": stream")) return;
   int stream_device = -1;
   check_cuda(cudaStreamGetDevice(stream, &stream_device),
              std::string(op_) + ": stream: cannot query its device");

@@ -170,6 +170,13 @@ bool same_stream(cudaStream_t a, cudaStream_t b) {
   return stream_protocol_value(a) == stream_protocol_value(b);
 }
 
+bool capturing(cudaStream_t stream, const std::string& op) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream, &capture),
+             op + ": cannot query the stream's capture status");
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 void order_after(cudaStream_t producer, cudaStream_t consumer, const char* op) {
   if (same_stream(producer, consumer)) return;
   // One event per device and thread, reused: a wait captures the event's state when it is

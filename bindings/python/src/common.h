@@ -76,6 +76,10 @@ cudaStream_t stream_from_protocol_value(int64_t value);
 /// True when a and b are the same stream (0 and the legacy handle are the same stream).
 bool same_stream(cudaStream_t a, cudaStream_t b);
 
+/// True while `stream` is being captured into a CUDA graph; a failed query raises CudaError
+/// naming `op`.
+bool capturing(cudaStream_t stream, const std::string& op);
+
 /// Makes `consumer` wait for the work queued so far on `producer` (an event recorded on the
 /// producer, waited on by the consumer). The current device must be the streams' device.
 void order_after(cudaStream_t producer, cudaStream_t consumer, const char* op);

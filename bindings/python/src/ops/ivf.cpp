@@ -344,16 +344,24 @@ class PyIndex {
                             " but the index is on CUDA device " + std::to_string(device));
     }
     py::cast<const Array&>(buffer).order_before(ctx.stream());
-    // Past the room: grow by doubling (amortised), unless the stream is being captured.
-    const int64_t need_tokens = index.tokens + std::max<int64_t>(input.seq, 0);
-    const int64_t need_clusters = index.n_clusters + std::max<int64_t>(params.n_clusters, 0);
-    if (input.seq > 0 && params.n_clusters > 0 && params.n_clusters <= input.seq &&
-        (need_tokens > s.capacity || need_clusters > s.max_clusters)) {
-      regrow(ctx.op(), std::max(need_tokens, 2 * s.capacity),
-             std::max(need_clusters, 2 * s.max_clusters), ctx.stream());
+    // Past the room: grow by doubling (amortised), unless the stream is being captured. The
+    // arguments are checked by the library against the room the index will have, before any
+    // reallocation. (n_clusters above seq is refused by that check: clamped here only so that
+    // the sum cannot overflow.)
+    IvfIndex room = index;
+    const int64_t need_tokens = index.tokens + input.seq;
+    const int64_t need_clusters =
+        index.n_clusters + std::clamp<int64_t>(params.n_clusters, 0, input.seq);
+    if (need_tokens > s.capacity) room.shape.capacity = std::max(need_tokens, 2 * s.capacity);
+    if (need_clusters > s.max_clusters) {
+      room.shape.max_clusters =
+          std::max(need_clusters, std::min(2 * s.max_clusters, kIvfMaxClusters));
     }
     size_t bytes = 0;
-    check(ivf_extend_workspace_size(index, input, params, &bytes));
+    check(ivf_extend_workspace_size(room, input, params, &bytes));
+    if (room.shape.capacity != s.capacity || room.shape.max_clusters != s.max_clusters) {
+      regrow(ctx.op(), room.shape.capacity, room.shape.max_clusters, ctx.stream());
+    }
     input.keys = vk.data;
     input.values = vv ? vv->data : nullptr;
     void* workspace = ctx.scratch(bytes);
@@ -371,10 +379,7 @@ class PyIndex {
   /// Moves the index into a new buffer of `capacity` tokens and `max_clusters` clusters per head
   /// (ivf_copy on `stream`); the old buffer goes back to the pool once the copy is done.
   void regrow(const char* op, int64_t capacity, int64_t max_clusters, cudaStream_t stream) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
-      (void)cudaGetLastError();
-    } else if (capture != cudaStreamCaptureStatusNone) {
+    if (capturing(stream, op)) {
       throw py::value_error(std::string(op) + ": the index must grow (capacity " +
                             std::to_string(index.shape.capacity) + ", max_clusters " +
                             std::to_string(index.shape.max_clusters) + " to " +
@@ -422,7 +427,6 @@ class PyIndex {
     }
     if (capacity == index.shape.capacity && max_clusters == index.shape.max_clusters) return;
     ctx.prepare({});
-    DeviceGuard guard(device, ctx.op());
     regrow(ctx.op(), capacity, max_clusters, ctx.stream());
   }
 
