@@ -151,8 +151,8 @@ def run(model, tokens, seed=0):
     o = ours()
     o_exact = ours(0)
     t_ours = timed(ours)
-    # Dense: every token, [1, H, S, D].
-    qd, kd, vd = queries.transpose(0, 1), keys.unsqueeze(0), values.unsqueeze(0)
+    # Dense: every token, [1, H, S, D] (queries [1, Hq, 1, D]).
+    qd, kd, vd = queries.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0)
     dense = dense_backends(qd, kd, vd)
     # Exact attention in float64 per head, and the oracle's top tokens.
     group = Q_HEADS // HEADS

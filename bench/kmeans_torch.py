@@ -5,7 +5,10 @@ centroids, argmin (argmax for cosine), and scatter-add of the points into per-cl
 the same strided initial centroids. Both run 10 iterations; each time is the median of 5
 CUDA-event timings of one call after warm-up calls (rowwise_torch.timed). The objective of each
 result (sum of squared distances, or of 1 - cosine, computed the same way in float32 for both) is
-printed beside it. Prints a Markdown table.
+printed beside it. A second table takes float32 points, whose products cudaops runs exact by
+default (three TF32 products) or as TF32 (precision="tf32"), torch as float32 or TF32
+(torch.backends.cuda.matmul.allow_tf32), each objective against float64's of the same labels.
+Prints Markdown tables.
 """
 
 import torch
@@ -71,6 +74,33 @@ def main():
               f"{theirs / ours:.1f}x | {o1 / o2 - 1:+.2e} |")
         del x, c1, l1, c2, l2
         torch.cuda.empty_cache()
+    float32_table()
+
+
+def float32_table(batch=32, n=131072, d=128, k=1024):
+    print(f"\nfloat32 points, {batch} x {n} x {d} into {k} (l2), isotropic Gaussian, {ITERS} "
+          "iterations\n")
+    print("| products | time (ms) | objective / cudaops exact - 1 |")
+    print("|---|---:|---:|")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(batch, n, d, device="cuda", generator=g)
+    rows = []
+    for precision in ("exact", "tf32"):
+        t = timed(lambda: cudaops.kmeans(x, k, n_iters=ITERS, precision=precision), 5, 1)
+        c, lab, _ = cudaops.kmeans(x, k, n_iters=ITERS, precision=precision)
+        rows.append((f"cudaops {precision}", t, objective(x, c, lab, False)))
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for allow in (False, True):
+            torch.backends.cuda.matmul.allow_tf32 = allow
+            t = timed(lambda: torch_kmeans(x, k, ITERS, False), 5, 1)
+            c, lab = torch_kmeans(x, k, ITERS, False)
+            rows.append((f"torch {'tf32' if allow else 'float32'}", t, objective(x, c, lab, False)))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    base = rows[0][2]
+    for name, t, o in rows:
+        print(f"| {name} | {t * 1e3:.2f} | {o / base - 1:+.2e} |")
 
 
 if __name__ == "__main__":

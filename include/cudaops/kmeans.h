@@ -18,9 +18,12 @@ namespace cudaops {
 //   data + b * batch_stride + i * ld elements), or, with `offsets`, rows offsets[b] to
 //   offsets[b + 1] - 1 of one [rows, ld] matrix (problems of different lengths, as cu_seqlens).
 // - Points are float16, bfloat16 or float32; the products run on the tensor cores with float32
-//   accumulation (float32 points as TF32), everything else (means, norms, sums, centroids) in
-//   float32. Compute capability 7.5 or newer (kNotSupported before); on 7.5 (Turing), which
-//   has no bfloat16 or TF32 tensor-core products, those two run on the CUDA cores, slowly.
+//   accumulation, everything else (means, norms, sums, centroids) in float32. float32 points'
+//   products are exact to about float32's precision by default (each operand split into two TF32
+//   parts, three products: KmeansPrecision::kExact), or single TF32 products on request (kTf32:
+//   10 mantissa bits, a third of the tensor-core work; bench/RESULTS.md has both). Compute
+//   capability 7.5 or newer (kNotSupported before); on 7.5 (Turing), which has no bfloat16 or TF32
+//   tensor-core products, those two run on the CUDA cores, slowly.
 // - Each problem, with z_i its working points (x_i; x_i - mean with `center`; x_i - means[b] with
 //   KmeansParams::means; cosine: z_i scaled to unit length, a zero vector staying zero):
 //     1. initial centroids: kStrided, z at rows floor(j * n / n_clusters); kRandom, n_clusters
@@ -60,6 +63,13 @@ enum class KmeansEmpty : int {
   kFarthest = 1,  ///< empty clusters take the points farthest from their centroids
 };
 
+/// The products of float32 points (16-bit points ignore it: their products are exact in float32).
+enum class KmeansPrecision : int {
+  kExact = 0,  ///< about float32's precision: x = hi + lo in TF32, x . c = hi.hi + hi.lo + lo.hi
+  kTf32 = 1,   ///< TF32 products (points and centroids rounded to 10 mantissa bits), as torch's
+               ///< allow_tf32
+};
+
 /// The points of a batch of problems.
 struct KmeansPoints {
   const void* data = nullptr;  ///< device memory, 16-byte aligned
@@ -88,6 +98,7 @@ struct KmeansParams {
   KmeansInit init = KmeansInit::kStrided;
   uint64_t seed = 0;  ///< kRandom only
   KmeansEmpty empty = KmeansEmpty::kKeep;
+  KmeansPrecision precision = KmeansPrecision::kExact;  ///< float32 points' products
 };
 
 /// Where the results go. Null pointers other than `centroids` are not written.
@@ -127,7 +138,8 @@ CUDAOPS_EXPORT Status kmeans_assign_workspace_size(const KmeansPoints& points,
 
 /// The nearest centroid of every point (the metric of kmeans, ties to the lower index):
 /// labels [batch, n] and, when not null, the distances [batch, n] (float32) as kmeans defines
-/// them. Cosine centroids are used as given (kmeans returns them at unit length). The exception
+/// them. float32 points' products are KmeansPrecision::kExact's. Cosine centroids are used as
+/// given (kmeans returns them at unit length). The exception
 /// to the tie rule: on compute capability 9.0, 16-bit points of up to 128 dimensions against
 /// more than 128 centroids rank scores within 2^-16 of each other (relative, far inside the
 /// 16-bit products' rounding) by position rather than value; the label is then either of them,

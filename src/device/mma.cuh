@@ -1,8 +1,9 @@
 #pragma once
 
 // Warp-level matrix products (mma.sync) on float32 accumulators: 16-bit operands, or float32
-// ones rounded to TF32, loaded from shared memory by ldmatrix; the fragments' layouts as PTX
-// defines them. Turing lacks bfloat16 and TF32 products: there they are done by lanes.
+// ones as TF32 (rounded, or split into two TF32 parts), loaded from shared memory by ldmatrix;
+// the fragments' layouts as PTX defines them. Turing lacks bfloat16 and TF32 products: there they
+// are done by lanes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -30,13 +31,23 @@ __device__ __forceinline__ uint32_t tf32_bits(float v) {
 #endif
 }
 
+/// v as a product operand of type T: 16-bit T rounded; float32 rounded to TF32 where the products
+/// are single TF32 ones (`tf32`), else kept whole (the products split it, split_tf32).
 template <typename T>
-__device__ __forceinline__ T operand_value(float v) {
+__device__ __forceinline__ T operand_value(float v, bool tf32) {
   if constexpr (std::is_same_v<T, float>) {
-    return __uint_as_float(tf32_bits(v));
+    return tf32 ? __uint_as_float(tf32_bits(v)) : v;
   } else {
     return from_float<T>(v);
   }
+}
+
+/// x (a float's bits) as hi + lo, both TF32: hi = x rounded, lo = the rest rounded. hi.hi +
+/// hi.lo + lo.hi carries about float32's precision (lo.lo is below it: 3xTF32).
+__device__ __forceinline__ void split_tf32(uint32_t& x, uint32_t& lo) {
+  const float v = __uint_as_float(x);
+  x = tf32_bits(v);
+  lo = tf32_bits(v - __uint_as_float(x));
 }
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {

@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 8 ? 2 : 1)
     const unsigned char* b_base =
         b_tiles + (chunk & 1) * kChunk * row_bytes + b_row * row_bytes + b_half;
     float acc[2][8][4];
-    warp_products<T>(acc, a_base, b_base, row_bytes, steps);
+    warp_products<T>(acc, a_base, b_base, row_bytes, steps, args.tf32);
     const int64_t j0 = chunk * kChunk;
     const bool full = j0 + kChunk <= args.k;
     chunk_minimum(

@@ -87,6 +87,7 @@ struct AssignArgs {
   // [batch]: 0 where no point changed cluster at the last update, so that no centroid moved and
   // the labels and scores from before stand (Call::moved); or null: every problem assigned
   const int32_t* moved;
+  bool tf32;  // float32 points: single TF32 products (Call::tf32), else split ones
 };
 
 /// v with the bits of kMask (held in a register as `mask`) replaced by kTag, in one LOP3: K & (v |
@@ -237,7 +238,8 @@ AssignArgs<T> assign_args(const Call& call, int64_t rows_per_block) {
                        call.labels,
                        call.scores,
                        call.point_w,
-                       call.moved};
+                       call.moved,
+                       call.tf32};
 }
 
 inline Status launched(cudaStream_t stream) {

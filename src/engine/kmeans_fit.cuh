@@ -14,7 +14,7 @@ Status launch_operand(const Call& call, const C* centroids, cudaStream_t stream)
   const bool cosine = call.metric == KmeansMetric::kCosine;
   operand_kernel<T, C><<<blocks_for(items, 8), 256, 0, stream>>>(
       centroids, call.points.batch, call.k, static_cast<int>(call.points.d),
-      static_cast<int>(call.d_pad), cosine, call.fold_means ? call.means : nullptr,
+      static_cast<int>(call.d_pad), cosine, call.tf32, call.fold_means ? call.means : nullptr,
       static_cast<T*>(call.operand), call.bias);
   return launched(stream);
 }

@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(256)
 template <typename T, typename C>
 __global__ void __launch_bounds__(256)
     operand_kernel(const C* centroids, int64_t batch, int64_t k, int d, int d_pad, bool cosine,
-                   const float* folded, T* operand, float* bias) {
+                   bool tf32, const float* folded, T* operand, float* bias) {
   const int lane = threadIdx.x % kWarp;
   const int64_t item =
       static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(256)
   const float* mean = folded != nullptr ? folded + item / k * d : nullptr;
   float norm = 0.0f, shift = 0.0f;
   for (int e = lane; e < d_pad; e += kWarp) {
-    const T v = operand_value<T>(e < d ? to_float(centroids[item * d + e]) : 0.0f);
+    const T v = operand_value<T>(e < d ? to_float(centroids[item * d + e]) : 0.0f, tf32);
     operand[item * d_pad + e] = v;
     const float f = to_float(v);
     norm = fmaf(f, f, norm);

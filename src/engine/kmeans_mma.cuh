@@ -13,12 +13,51 @@ __host__ __device__ constexpr int smem_row_bytes(int d_pad, int element) {
   return d_pad * element + 16;
 }
 
+/// warp_products of whole float32 rows and centroids (acc zeroed): each operand split into TF32
+/// hi + lo, and acc += lo.hi + hi.lo + hi.hi (the small terms first).
+template <int kM>
+__device__ __forceinline__ void split_products(float (&acc)[kM][8][4], const unsigned char* a_base,
+                                               const unsigned char* b_base, int row_bytes,
+                                               int steps) {
+  for (int s = 0; s < steps; ++s) {
+    uint32_t a[kM][4], a_lo[kM][4];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      ldmatrix_x4(a[m], a_base + m * 16 * row_bytes + s * 32);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        split_tf32(a[m][e], a_lo[m][e]);
+    }
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t bf[4], b_lo[4];
+      ldmatrix_x4(bf, b_base + np * 16 * row_bytes + s * 32);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        split_tf32(bf[e], b_lo[e]);
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float(&out)[4] = acc[m][2 * np + h];
+          mma<float>(out, a_lo[m], bf[2 * h], bf[2 * h + 1]);
+          mma<float>(out, a[m], b_lo[2 * h], b_lo[2 * h + 1]);
+          mma<float>(out, a[m], bf[2 * h], bf[2 * h + 1]);
+        }
+      }
+    }
+  }
+}
+
 /// acc = the products of a warp's 16 kM rows (a_base: the lane's ldmatrix address in them) with
-/// 64 centroids (b_base: likewise), over `steps` 32-byte steps of the rows.
+/// 64 centroids (b_base: likewise), over `steps` 32-byte steps of the rows. float32 rows: with
+/// `tf32`, rows rounded to TF32 (the centroids are, by operand_value) in one product; else both
+/// split into TF32 parts (split_tf32) in three, on architectures with TF32 products (Turing's
+/// lanes multiply whole floats).
 template <typename T, int kM>
 __device__ __forceinline__ void warp_products(float (&acc)[kM][8][4], const unsigned char* a_base,
-                                              const unsigned char* b_base, int row_bytes,
-                                              int steps) {
+                                              const unsigned char* b_base, int row_bytes, int steps,
+                                              [[maybe_unused]] bool tf32) {
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
 #pragma unroll
@@ -28,15 +67,25 @@ __device__ __forceinline__ void warp_products(float (&acc)[kM][8][4], const unsi
         acc[m][nt][e] = 0.0f;
     }
   }
+#if !CUDAOPS_DEVICE_TURING
+  if constexpr (std::is_same_v<T, float>) {
+    if (!tf32) {
+      split_products(acc, a_base, b_base, row_bytes, steps);
+      return;
+    }
+  }
+#endif
   for (int s = 0; s < steps; ++s) {
     uint32_t a[kM][4];
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       ldmatrix_x4(a[m], a_base + m * 16 * row_bytes + s * 32);
       if constexpr (std::is_same_v<T, float>) {
+        if (tf32) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          a[m][e] = tf32_bits(__uint_as_float(a[m][e]));
+          for (int e = 0; e < 4; ++e)
+            a[m][e] = tf32_bits(__uint_as_float(a[m][e]));
+        }
       }
     }
 #pragma unroll

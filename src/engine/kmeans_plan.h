@@ -79,6 +79,8 @@ struct Call {
   // Where the slab kernel assigns centred points, it takes them as given and the biases carry
   // alpha * mean . c (y . c = x . c - mean . c): set by fit and assign (assign_folds_means).
   bool fold_means = false;
+  // float32 points: single TF32 products (KmeansPrecision::kTf32) rather than split ones.
+  bool tf32 = false;
   float* means = nullptr;
   float* point_w = nullptr;
   float* centroids = nullptr;  // float32 working centroids

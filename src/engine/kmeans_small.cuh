@@ -109,6 +109,7 @@ struct SmallArgs {
                      // CUDAOPS_KMEANS_UPDATE=full: full_updates)
   int32_t* done;     // [batch] or null: zeroed at the start, then each block of problem b adds 1
                      // once its labels, centroids and distances are written
+  bool tf32;         // float32: single TF32 products (Call::tf32)
 };
 
 /// A piece of 16 bytes of T as floats.
@@ -390,7 +391,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const bool inside = 4 * i + e < a.d;
-        r[e] = operand_value<T>(inside ? in[e] : 0.0f);
+        r[e] = operand_value<T>(inside ? in[e] : 0.0f, a.tf32);
         const float f = to_float(r[e]);
         norm = fmaf(f, f, norm);
         shift = fmaf(mm[e], f, shift);
@@ -482,7 +483,7 @@ __global__ void __launch_bounds__(kSmallThreads, 1) small_fit_kernel(SmallArgs<T
       for (int j0 = 0; j0 < l.k_pad; j0 += kChunk) {
         float acc[kM][8][4];
         warp_products<T>(acc, a_base, operand + (j0 + b_row) * l.row_bytes + b_half, l.row_bytes,
-                         steps);
+                         steps, a.tf32);
         chunk_minimum_placed(
             acc, [&](int c) { return bias[j0 + c]; }, a.alpha, t, j0, best, best_j);
       }

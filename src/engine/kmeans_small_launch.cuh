@@ -190,7 +190,8 @@ Status launch_small_fit(const Call& call, int n_iters, const SmallPlan& plan, bo
       out_labels != nullptr,
       distances ? call.scores : nullptr,
       keeps,
-      call.done};
+      call.done,
+      call.tf32};
   // Rows of at most 32 pieces (plan_small_fit): one piece a lane.
   return with_row_lanes<T>(call.d_pad, [&](auto lanes, auto pieces) {
     if constexpr (decltype(pieces)::value == 1) {

@@ -210,6 +210,7 @@ struct SumArgs {
   bool cosine;
   bool fold;      // the bias carries alpha * mean . c (Call::fold_means)
   bool prefetch;  // prefetch_share: each problem's rows fit L2 a few times over
+  bool tf32;      // float32 operand rows rounded to TF32 (Call::tf32)
   int span = 1;   // items a warp takes (sum_kernel's kSpan form), 1 to kSumSpan
 };
 
@@ -406,7 +407,7 @@ __device__ __forceinline__ void sum_cluster(const SumArgs<T>& args, int64_t item
                       : args.cosine    ? acc[q][e] * scale
                                        : acc[q][e] / static_cast<float>(count);
       acc[q][e] = v;
-      r[e] = operand_value<T>(v);
+      r[e] = operand_value<T>(v, args.tf32);
       const float f = to_float(r[e]);
       norm = fmaf(f, f, norm);
       shift = fmaf(mu[q][e], f, shift);  // (mu is 0 past d and without means)
@@ -618,7 +619,8 @@ Status launch_update(const Call& call, bool with_operand, bool marks, cudaStream
                   static_cast<int>(call.d_pad),
                   cosine,
                   call.fold_means,
-                  p.n * p.ld * static_cast<int64_t>(sizeof(T)) <= kPrefetchMost};
+                  p.n * p.ld * static_cast<int64_t>(sizeof(T)) <= kPrefetchMost,
+                  call.tf32};
   args.span = static_cast<int>(
       std::clamp<int64_t>(args.items / kSumSpanWarps, 1, static_cast<int64_t>(kSumSpan)));
   with_row_lanes<T>(p.d, [&](auto lanes, auto pieces) {

@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(256) chunks_kernel(ChunkArgs<T> a) {
     }
     const float* src = a.centroids + (b * l.clusters + j) * l.d;
     for (int e = lane; e < l.d_pad; e += 32)
-      rows[k * l.d_pad + e] = operand_value<T>(e < l.d ? src[e] : 0.0f);
+      rows[k * l.d_pad + e] = operand_value<T>(e < l.d ? src[e] : 0.0f, false);
   }
   if (threadIdx.x == 0) radius2 = 0.0f;
   __syncthreads();  // the block's rows, written above, are read back below
@@ -308,7 +308,7 @@ __global__ void __launch_bounds__(kWarps * 32, 3) pruned_pass_kernel(PruneArgs<T
       float acc[2][8][4];
       kmeans::warp_products<T>(
           acc, a_base, b_tiles + stage * kPruneChunk * row_bytes + b_row * row_bytes + b_half,
-          row_bytes, steps);
+          row_bytes, steps, false);
       if (step == 1) {
         // The chunks some row needs: y . g + |y| r >= its best y . c less the margin.
         uint64_t bits = 0;  // columns 8 nt + 2 t + e of the lane, over its four rows

@@ -198,6 +198,10 @@ Status check_params(const char* op, const KmeansPoints& p, const KmeansParams& p
   if (params.center && params.means != nullptr) {
     return invalid(op, "params.center and params.means both ask for centring; give one");
   }
+  if (params.precision != KmeansPrecision::kExact && params.precision != KmeansPrecision::kTf32) {
+    return invalid(op, "precision " + std::to_string(static_cast<int>(params.precision)) +
+                           " is not kExact (0) or kTf32 (1)");
+  }
   return Status();
 }
 
@@ -412,6 +416,7 @@ Status detail::kmeans::kmeans_counted(const KmeansPoints& points, const KmeansPa
   if (p.batch == 0) return Status();
   if (Status s = require_tensor_cores(kFit); !s.ok()) return s;
   Call call = make_call(p, layout, d_workspace, k, params.metric);
+  call.tf32 = params.precision == KmeansPrecision::kTf32;
   call.center = params.center || params.means != nullptr;
   call.compute_means = params.center;
   if (params.center && result.means != nullptr) call.means = result.means;

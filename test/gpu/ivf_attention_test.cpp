@@ -303,8 +303,10 @@ std::vector<int32_t> Zones(const AttnCase& c, const Indexed& s, int64_t n) {
   return ::testing::AssertionSuccess();
 }
 
+/// A row's relative L2 error allowed: bfloat16 two of its units (2^-9: the output's rounding
+/// alone can take one), float16 1e-3.
 double Bound(DType dtype) {
-  return dtype == DType::kBFloat16 ? 2e-3 : 1e-3;
+  return dtype == DType::kBFloat16 ? 4e-3 : 1e-3;
 }
 
 double Scale(const AttnCase& c) {

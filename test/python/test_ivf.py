@@ -226,7 +226,8 @@ def test_attention_every_cluster_is_full_attention(dtype):
     want, want_lse = _attention_torch(torch, torch.cat([keys, extra_k], 1),
                                       torch.cat([values, extra_v], 1), queries, DIM ** -0.5)
     err = (o.double() - want).norm(dim=-1) / want.norm(dim=-1)
-    bound = 2e-3 if dtype == "bfloat16" else 1e-3
+    # bfloat16: two units of 2^-9 (the output's rounding alone can take one).
+    bound = 4e-3 if dtype == "bfloat16" else 1e-3
     assert float(err.max()) <= bound
     assert torch.allclose(lse.double(), want_lse, rtol=bound, atol=bound)
     # out= writes in place; the same bits every run.

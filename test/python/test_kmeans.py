@@ -25,6 +25,10 @@ def test_bad_arguments(dl):
         cudaops.kmeans(x, 4, metric="dot")
     with pytest.raises(ValueError, match=r'kmeans: init must be "strided", "random" or an array'):
         cudaops.kmeans(x, 4, init="kmeans++")
+    with pytest.raises(ValueError, match=r'kmeans: precision must be "exact" or "tf32", got "tf16"'):
+        cudaops.kmeans(x, 4, precision="tf16")
+    with pytest.raises(TypeError, match=r"kmeans: precision must be a str"):
+        cudaops.kmeans(x, 4, precision=32)
     with pytest.raises(ValueError, match=r"kmeans: seed must be >= 0"):
         cudaops.kmeans(x, 4, seed=-3)
     with pytest.raises(ValueError, match=r"n_clusters \(65\) must be"):
@@ -115,3 +119,50 @@ def test_given_init_and_stream():
     assert centroids.dtype == torch.float16
     assert torch.equal(centroids, init)  # no iterations: the centroids given
     assert int(sizes.sum()) == 2 * 300
+
+
+@requires_gpu
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+def test_float32_precision(metric):
+    """float32's exact products end within 0.1% of a float64 fit's objective from the same initial
+    centroids, on isotropic Gaussian points; precision="tf32" runs too."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no GPU")
+    gen = torch.Generator().manual_seed(11)
+    batch, n, d, k, iters = 2, 4000, 64, 32, 10
+    x64 = torch.randn(batch, n, d, generator=gen, dtype=torch.float64)
+    init64 = x64[:, :: n // k][:, :k].clone()
+    if metric == "cosine":
+        init64 = init64 / init64.norm(dim=-1, keepdim=True)
+    init64 = init64.float().double()
+
+    def objective64(centroids):
+        if metric == "l2":
+            dist = torch.cdist(x64, centroids) ** 2
+        else:
+            xn = x64 / x64.norm(dim=-1, keepdim=True)
+            dist = 1.0 - xn @ centroids.transpose(1, 2)
+        return dist.min(dim=-1)
+
+    c = init64.clone()
+    for _ in range(iters):
+        labels = objective64(c).indices
+        for b in range(batch):
+            pts = x64[b] if metric == "l2" else x64[b] / x64[b].norm(dim=-1, keepdim=True)
+            for j in range(k):
+                mine = pts[labels[b] == j]
+                if len(mine) == 0:
+                    continue
+                s = mine.sum(0)
+                c[b, j] = s / len(mine) if metric == "l2" else s / s.norm()
+    want = objective64(c).values.sum(-1)
+    x = x64.float().cuda()
+    init = init64.float().cuda()
+    got = {}
+    for precision in ("exact", "tf32"):
+        centroids, _, _ = cudaops.kmeans(x, k, n_iters=iters, metric=metric, init=init,
+                                         precision=precision)
+        got[precision] = objective64(centroids.double().cpu()).values.sum(-1)
+    assert torch.all((got["exact"] / want - 1).abs() <= 1e-3), (got, want)
+    assert torch.all(torch.isfinite(got["tf32"]))

@@ -55,6 +55,13 @@ TEST(KmeansValidation, CountsAndSizes) {
   params.n_iters = -1;
   EXPECT_TRUE(FailsWith(kmeans(Points(), params, Result(), kWorkspace, kBytes, nullptr),
                         StatusCode::kInvalidArgument, {"n_iters", "-1"}));
+  params = Params();
+  params.precision = static_cast<KmeansPrecision>(2);
+  size_t bytes = 0;
+  EXPECT_TRUE(FailsWith(kmeans_workspace_size(Points(), params, &bytes),
+                        StatusCode::kInvalidArgument, {"precision 2", "kExact", "kTf32"}));
+  EXPECT_TRUE(FailsWith(kmeans(Points(), params, Result(), kWorkspace, kBytes, nullptr),
+                        StatusCode::kInvalidArgument, {"precision 2"}));
 }
 
 TEST(KmeansValidation, WorkspaceTooSmall) {

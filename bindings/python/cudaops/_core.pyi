@@ -164,6 +164,7 @@ def topk(x: _ArrayLike, k: int, *, largest: bool = True, sorted: bool = True,
 def kmeans(x: _ArrayLike, n_clusters: int, n_iters: int = 10,
            metric: Literal["l2", "cosine"] = "l2", center: bool = False,
            init: Literal["strided", "random"] | _ArrayLike = "strided", seed: int = 0, *,
+           precision: Literal["exact", "tf32"] = "exact",
            stream: _Stream = None) -> tuple[Any, Any, Any]: ...
 def attention_merge(outs: _ArrayLike, lses: _ArrayLike, *, out: _ArrayLike | None = None,
                     stream: _Stream = None) -> tuple[Any, Any]: ...

@@ -218,14 +218,15 @@ def _(x, k, largest, sorted, int32):
 
 
 @_op("kmeans", "(Tensor x, int n_clusters, int n_iters, str metric, bool center, str init, "
-     "int seed, Tensor? centroids) -> (Tensor, Tensor, Tensor)")
-def _kmeans(x, n_clusters, n_iters, metric, center, init, seed, centroids):
+     "int seed, Tensor? centroids, str precision) -> (Tensor, Tensor, Tensor)")
+def _kmeans(x, n_clusters, n_iters, metric, center, init, seed, centroids, precision):
     return cudaops.kmeans(x, n_clusters, n_iters, metric, center,
-                          init if centroids is None else centroids, seed, stream=_stream(x))
+                          init if centroids is None else centroids, seed, precision=precision,
+                          stream=_stream(x))
 
 
 @_kmeans.register_fake
-def _(x, n_clusters, n_iters, metric, center, init, seed, centroids):
+def _(x, n_clusters, n_iters, metric, center, init, seed, centroids, precision):
     lead = x.shape[:-2]
     dtype = torch.float32 if centroids is None else centroids.dtype
     return (x.new_empty((*lead, n_clusters, x.shape[-1]), dtype=dtype),
@@ -423,11 +424,12 @@ def topk(x, k, *, largest=True, sorted=True, index_dtype="int64"):
     return _topk(x, int(k), bool(largest), bool(sorted), index_dtype == "int32")
 
 
-def kmeans(x, n_clusters, n_iters=10, metric="l2", center=False, init="strided", seed=0):
+def kmeans(x, n_clusters, n_iters=10, metric="l2", center=False, init="strided", seed=0, *,
+           precision="exact"):
     """cudaops.kmeans: (centroids, labels, sizes); init may be a tensor of initial centroids."""
     centroids = init if isinstance(init, torch.Tensor) else None
     return _kmeans(x, int(n_clusters), int(n_iters), metric, bool(center),
-                   "strided" if centroids is not None else init, int(seed), centroids)
+                   "strided" if centroids is not None else init, int(seed), centroids, precision)
 
 
 def attention_merge(outs, lses):

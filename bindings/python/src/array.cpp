@@ -134,6 +134,28 @@ Array::Array(std::vector<int64_t> shape, DType dtype, int device, cudaStream_t s
   }
 }
 
+namespace {
+
+/// The id of the capture `stream` is in (0: not capturing).
+cudaError_t capture_id(cudaStream_t stream, unsigned long long* id) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  *id = 0;
+  const cudaError_t error = cudaStreamGetCaptureInfo(stream, &status, id);
+  if (status != cudaStreamCaptureStatusActive) *id = 0;
+  return error;
+}
+
+/// Records `event` on `stream`; inside a capture as an event-record node (so that it is a real
+/// event at each replay, which streams outside the graph can wait for). *capture: the capture's
+/// id, 0 outside one.
+cudaError_t record(cudaEvent_t event, cudaStream_t stream, unsigned long long* capture) {
+  if (const cudaError_t error = capture_id(stream, capture); error != cudaSuccess) return error;
+  return *capture != 0 ? cudaEventRecordWithFlags(event, stream, cudaEventRecordExternal)
+                       : cudaEventRecord(event, stream);
+}
+
+}  // namespace
+
 void Array::mark_ready(cudaStream_t stream, const char* op) {
   stream_ = stream;
   if (memory_->ptr == nullptr) return;
@@ -141,7 +163,8 @@ void Array::mark_ready(cudaStream_t stream, const char* op) {
     check_cuda(cudaEventCreateWithFlags(&memory_->ready, cudaEventDisableTiming), op,
                ": cudaEventCreate");
   }
-  check_cuda(cudaEventRecord(memory_->ready, stream), op, ": cudaEventRecord");
+  memory_->waited_capture = 0;
+  check_cuda(record(memory_->ready, stream, &memory_->ready_capture), op, ": cudaEventRecord");
 }
 
 void Array::mark_ready_noexcept(cudaStream_t stream) noexcept {
@@ -155,7 +178,8 @@ void Array::mark_ready_noexcept(cudaStream_t stream) noexcept {
     (void)cudaStreamSynchronize(stream);
     return;
   }
-  if (cudaEventRecord(memory_->ready, stream) != cudaSuccess) {
+  memory_->waited_capture = 0;
+  if (record(memory_->ready, stream, &memory_->ready_capture) != cudaSuccess) {
     (void)cudaGetLastError();
     (void)cudaStreamSynchronize(stream);
     (void)cudaGetLastError();
@@ -165,15 +189,25 @@ void Array::mark_ready_noexcept(cudaStream_t stream) noexcept {
 void Array::order_before(cudaStream_t consumer) const {
   if (memory_->ready == nullptr || same_stream(consumer, stream_)) return;
   DeviceGuard guard(memory_->device, "cudaops.Array.__dlpack__");
-  // A stream being captured into a CUDA graph cannot wait for an event recorded outside the
-  // capture; where that event has completed (an index built before the capture) there is
-  // nothing to wait for.
-  if (capturing(consumer, "cudaops.Array.__dlpack__")) {
-    if (cudaEventQuery(memory_->ready) == cudaSuccess) return;
-    (void)cudaGetLastError();
+  // Inside a capture (where querying an event is refused): the producer recorded in the same
+  // capture is joined in the graph, through an event recorded now on its stream (`ready` is an
+  // event-record node there); an event recorded elsewhere becomes an external wait node, which
+  // each replay honours.
+  unsigned long long capture = 0;
+  check_cuda(capture_id(consumer, &capture),
+             "cudaops.Array.__dlpack__: querying the consumer stream's capture");
+  if (capture != 0 && capture == memory_->ready_capture) {
+    order_after(stream_, consumer, "cudaops.Array.__dlpack__");
+    return;
   }
-  check_cuda(cudaStreamWaitEvent(consumer, memory_->ready, 0),
+  if (capture != 0 && capture == memory_->waited_capture && consumer == memory_->waited_stream) {
+    return;
+  }
+  check_cuda(cudaStreamWaitEvent(consumer, memory_->ready,
+                                 capture != 0 ? cudaEventWaitExternal : cudaEventWaitDefault),
              "cudaops.Array.__dlpack__: making the consumer's stream wait");
+  memory_->waited_capture = capture;
+  memory_->waited_stream = consumer;
 }
 
 dl::DataType dl_dtype(DType dtype) {

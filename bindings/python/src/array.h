@@ -21,6 +21,13 @@ struct Allocation {
   void* ptr = nullptr;
   int device = 0;
   cudaEvent_t ready = nullptr;
+  // The stream capture that recorded `ready` last (its id; 0: none). Recorded inside a capture,
+  // `ready` is an event-record node of the graph (a real event at each replay).
+  unsigned long long ready_capture = 0;
+  // The capture and stream that last waited for `ready` as an external event: a later wait of
+  // the same stream in the same capture adds nothing (a decode loop captured whole).
+  unsigned long long waited_capture = 0;
+  cudaStream_t waited_stream = nullptr;
   ~Allocation();
 };
 

@@ -696,8 +696,9 @@ class IvfAttentionCase : public OpCase {
     ref::ivf_attention(index_.attention_state(), host_queries_, queries_.q_heads,
                        queries_.n_queries, zones, params_.group, host_extra_keys_,
                        host_extra_values_, extra_.tokens, scale, &want, &want_lse);
-    // Relative L2 error of each output row, and of each log-sum-exp: within the dtype's bound.
-    const double bound = s.dtype == DType::kBFloat16 ? 2e-3 : 1e-3;
+    // Relative L2 error of each output row, and of each log-sum-exp: within the dtype's bound
+    // (bfloat16: two of its units, 2^-9 each: the output's rounding alone can take one).
+    const double bound = s.dtype == DType::kBFloat16 ? 4e-3 : 1e-3;
     ref::HostArray errors(DType::kFloat32, 2 * rows);
     std::vector<double> zeros(static_cast<size_t>(2 * rows), 0.0);
     for (int64_t r = 0; r < rows; ++r) {

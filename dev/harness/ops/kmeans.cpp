@@ -1,6 +1,7 @@
 // Descriptor of kmeans. Sizes: batch, n (points per problem), d, k (clusters), n_iters, and the
-// options as 0/1 sizes: cosine (spherical k-means; 0: L2) and center (subtract each problem's
-// mean). The points are a Gaussian mixture of k / 2 centres per problem, drawn on the host.
+// options as 0/1 sizes: cosine (spherical k-means; 0: L2), center (subtract each problem's mean)
+// and precision (float32's products: 0 exact, 1 TF32). The points are a Gaussian mixture of k / 2
+// centres per problem, drawn on the host.
 //
 // --check runs the call and judges the state it returns against the double-precision reference:
 // every label is the nearest returned centroid (but where two are closer than the products'
@@ -43,6 +44,8 @@ KmeansParams params_of(const CaseConfig& config) {
   params.metric =
       dim_value(config.dims, "metric", 0) != 0 ? KmeansMetric::kCosine : KmeansMetric::kL2;
   params.center = dim_value(config.dims, "center", 0) != 0;
+  params.precision = dim_value(config.dims, "precision", 0) != 0 ? KmeansPrecision::kTf32
+                                                                 : KmeansPrecision::kExact;
   return params;
 }
 
@@ -155,7 +158,11 @@ class KmeansCase : public OpCase {
     // the nearest), checked against 1; the objective of each problem against the sum of its
     // points' distances to their labels' centroids (labels within that precision of the nearest
     // add more than the nearest's distances do, which matters where the distances are tiny).
-    const double eps = config_.dtype == DType::kBFloat16 ? 0x1p-8 : 0x1p-11;
+    // The products' precision: 16-bit and TF32 operands' rounding; split float32 (3xTF32) ones
+    // carry about 21 bits.
+    const bool exact32 =
+        config_.dtype == DType::kFloat32 && params_.precision == KmeansPrecision::kExact;
+    const double eps = config_.dtype == DType::kBFloat16 ? 0x1p-8 : exact32 ? 0x1p-19 : 0x1p-11;
     ref::HostArray got(DType::kFloat32, batch * (n + k + 1));
     std::vector<double> want(static_cast<size_t>(got.size()));
     int64_t at = 0;
@@ -233,13 +240,21 @@ OpDescriptor kmeans_descriptor() {
              {"k", "clusters per problem (1 to n)", 1024},
              {"n_iters", "iterations of assignment and update", 10},
              {"metric", "l2, or cosine (spherical k-means)", 0, {{"l2", 0}, {"cosine", 1}}},
-             {"center", "subtract each problem's mean first", 0, {}, true}};
-  auto shape = [](int64_t batch, int64_t n, int64_t d, int64_t k, int64_t cosine) {
-    return Dims{{"batch", batch}, {"n", n},           {"d", d},     {"k", k},
-                {"n_iters", 10},  {"metric", cosine}, {"center", 0}};
+             {"center", "subtract each problem's mean first", 0, {}, true},
+             {"precision",
+              "float32 products: exact (three TF32 products each) or tf32 (one)",
+              0,
+              {{"exact", 0}, {"tf32", 1}}}};
+  auto shape = [](int64_t batch, int64_t n, int64_t d, int64_t k, int64_t cosine,
+                  int64_t tf32 = 0) {
+    return Dims{{"batch", batch}, {"n", n},           {"d", d},      {"k", k},
+                {"n_iters", 10},  {"metric", cosine}, {"center", 0}, {"precision", tf32}};
   };
+  // The TF32 row beside the exact one measures what float32's exact products cost (16-bit rows
+  // ignore it).
   op.bench_shapes = {shape(512, 8192, 128, 512, 1), shape(32, 131072, 128, 1024, 0),
-                     shape(8, 32768, 128, 1024, 0), shape(32, 1024, 128, 64, 1)};
+                     shape(32, 131072, 128, 1024, 0, 1), shape(8, 32768, 128, 1024, 0),
+                     shape(32, 1024, 128, 64, 1)};
   op.headline_shapes = op.bench_shapes;
   op.validate = [](const CaseConfig& config) {
     size_t bytes = 0;

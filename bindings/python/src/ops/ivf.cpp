@@ -296,7 +296,10 @@ class PyIndex {
     py::dict out;
     const auto put = [&](const char* name, size_t offset, const std::vector<int64_t>& shape,
                          const char* typestr) {
-      out[name] = py::make_tuple(base + offset, py::tuple(py::cast(shape)), typestr);
+      py::tuple extents(shape.size());
+      for (size_t i = 0; i < shape.size(); ++i)
+        extents[i] = py::int_(shape[i]);
+      out[name] = py::make_tuple(base + offset, extents, typestr);
     };
     put("means", l.means, {h, d}, "<f4");
     put("centroids", l.centroids, {h, cm, d}, "<f4");

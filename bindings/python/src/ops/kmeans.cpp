@@ -56,7 +56,7 @@ KmeansPoints points_of(const ArrayView& v) {
 
 py::object kmeans(py::handle x, py::handle n_clusters_obj, py::handle n_iters_obj,
                   py::handle metric_obj, py::handle center_obj, py::handle init,
-                  py::handle seed_obj, py::handle stream) {
+                  py::handle seed_obj, py::handle precision_obj, py::handle stream) {
   CallContext ctx("kmeans", stream);
   KmeansParams params;
   params.n_clusters = int_arg(n_clusters_obj, "kmeans", "n_clusters");
@@ -71,6 +71,15 @@ py::object kmeans(py::handle x, py::handle n_clusters_obj, py::handle n_iters_ob
     throw py::value_error("kmeans: metric must be \"l2\" or \"cosine\", got \"" + metric + "\"");
   }
   params.center = center;
+  const std::string precision = str_arg(precision_obj, "kmeans", "precision");
+  if (precision == "exact") {
+    params.precision = KmeansPrecision::kExact;
+  } else if (precision == "tf32") {
+    params.precision = KmeansPrecision::kTf32;
+  } else {
+    throw py::value_error("kmeans: precision must be \"exact\" or \"tf32\", got \"" + precision +
+                          "\"");
+  }
   const int64_t seed = int_arg(seed_obj, "kmeans", "seed");
   if (seed < 0) throw py::value_error("kmeans: seed must be >= 0, got " + std::to_string(seed));
   params.seed = static_cast<uint64_t>(seed);
@@ -154,9 +163,10 @@ void bind_kmeans(py::module_& m) {
   m.def(
       "kmeans", &kmeans, py::arg("x"), py::arg("n_clusters"), py::arg("n_iters") = 10,
       py::arg("metric") = "l2", py::arg("center") = false, py::arg("init") = "strided",
-      py::arg("seed") = 0, py::kw_only(), py::arg("stream") = py::none(),
+      py::arg("seed") = 0, py::kw_only(), py::arg("precision") = "exact",
+      py::arg("stream") = py::none(),
       "kmeans(x, n_clusters, n_iters=10, metric='l2', center=False, init='strided', seed=0, *, "
-      "stream=None)\n--\n\n"
+      "precision='exact', stream=None)\n--\n\n"
       R"doc(Batched k-means: every problem of x [..., n, d] (the leading axes are the batch) fitted
 in one call, the point-by-centroid products on the tensor cores.
 
@@ -166,7 +176,9 @@ n_clusters: 1 to n. metric: "l2" (squared Euclidean; centroids are means) or "co
 k-means: unit centroids, the largest inner product). center: subtract each problem's mean first
 (the centroids are then relative to it). init: "strided" (points at rows j * n / n_clusters),
 "random" (a sample of distinct points drawn from `seed`), or an array of initial centroids
-[..., n_clusters, d] (float32 or x's dtype). Empty clusters keep their centroid.
+[..., n_clusters, d] (float32 or x's dtype). Empty clusters keep their centroid. precision
+(float32 x only): "exact" (products to about float32's precision, three TF32 products each) or
+"tf32" (one TF32 product: 10 mantissa bits, as torch's allow_tf32; faster).
 
 Returns (centroids [..., n_clusters, d] float32 (init's dtype when given), labels [..., n] int32,
 sizes [..., n_clusters] int32), of x's kind; the labels are those of the returned centroids. The
