@@ -10,6 +10,13 @@ calls (`--calls 20`); --extra: Markdown the Python benches printed (torch side b
 host cost), each kept as it is under the section. --update OP=JSON@COMMIT: OP's rows from another
 bench JSON, measured at COMMIT after the rest (its table says so). The section of this device
 replaces the one already in the file (if any); other GPUs' sections are kept.
+
+    scripts/results_table.py --device "NVIDIA H100 80GB HBM3" --amend [--extra decode.md ...] \
+        [--table "kmeans, float32 products"=bench-kmeans.json@abc1234@2026-12-08]
+
+--amend keeps the device's section as it stands and adds to it: each --extra block replaces the
+block of the same first line (a "### " heading) or is appended; each --table TITLE=JSON@COMMIT@DATE
+renders that bench JSON's rows as a table under "### TITLE", likewise.
 """
 
 import argparse
@@ -123,27 +130,73 @@ def section(args):
     return "\n".join(lines).rstrip() + "\n"
 
 
+def blocks(text):
+    """The "### " blocks of a section's text after its head: (head, [(first line, block)])."""
+    parts = re.split(r"(?=^### )", text, flags=re.M)
+    return parts[0], [(p.splitlines()[0], p.rstrip() + "\n") for p in parts[1:]]
+
+
+def amended(old_section, args):
+    """The device's section with the --extra and --table blocks in place of those of the same
+    heading, or appended."""
+    head, kept = blocks(old_section)
+    new = []
+    for extra in args.extra:
+        text = Path(extra).read_text().strip()
+        if text:
+            new.append(text + "\n")
+    for spec in args.table:
+        title, _, rest = spec.partition("=")
+        path, commit, date = rest.rsplit("@", 2)
+        bench = load(path)
+        body = table(bench["results"], None).split("\n", 1)[1]  # without the op's own heading
+        new.append(f"### {title}\n\nMeasured {date} at commit {commit} (device-to-device copy in "
+                   f"that run: {bench['copy']['gbps']:.0f} GB/s).\n{body.rstrip()}\n")
+    out = dict(kept)
+    order = [first for first, _ in kept]
+    for block in new:
+        first = block.splitlines()[0]
+        if first not in out:
+            order.append(first)
+        out[first] = block
+    return head.rstrip() + "\n\n" + "\n".join(out[f] for f in order)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", required=True)
-    parser.add_argument("--commit", required=True)
-    parser.add_argument("--date", required=True)
-    parser.add_argument("--bench", required=True)
+    parser.add_argument("--commit")
+    parser.add_argument("--date")
+    parser.add_argument("--bench")
+    parser.add_argument("--amend", action="store_true")
+    parser.add_argument("--table", action="append", default=[], metavar="TITLE=JSON@COMMIT@DATE")
     parser.add_argument("--stream")
     parser.add_argument("--extra", nargs="*", default=[])
     parser.add_argument("--update", action="append", default=[], metavar="OP=JSON@COMMIT")
     parser.add_argument("--results", default=str(Path(__file__).resolve().parent.parent /
                                                   "bench" / "RESULTS.md"))
     args = parser.parse_args()
+    if not args.amend and not (args.bench and args.commit and args.date):
+        parser.error("--bench, --commit and --date are needed (or --amend)")
     path = Path(args.results)
     old = path.read_text() if path.exists() else ""
-    # The other GPUs' sections, as they were.
-    kept = []
+    # The other GPUs' sections, as they were; this one's in its place.
+    parts, mine = [], None
     for part in re.split(r"(?=^<!-- gpu: )", old, flags=re.M)[1:]:
         name = re.match(r"<!-- gpu: (.*?) -->", part).group(1)
-        if name != args.device:
-            kept.append(part.rstrip() + "\n")
-    path.write_text(HEADER + "\n" + section(args) + "".join("\n" + k for k in kept))
+        if name == args.device:
+            mine = len(parts)
+            parts.append(part)
+        else:
+            parts.append(part.rstrip() + "\n")
+    if args.amend:
+        if mine is None:
+            sys.exit(f"--amend: no section of {args.device} in {path}")
+        parts[mine] = amended(parts[mine], args)
+    else:
+        parts = [p for i, p in enumerate(parts) if i != mine]
+        parts.insert(0, section(args))
+    path.write_text(HEADER + "\n" + "\n".join(p.rstrip() + "\n" for p in parts))
     print(f"wrote {path}", file=sys.stderr)
 
 
