@@ -12,11 +12,11 @@ bench JSON, measured at COMMIT after the rest (its table says so). The section o
 replaces the one already in the file (if any); other GPUs' sections are kept.
 
     scripts/results_table.py --device "NVIDIA H100 80GB HBM3" --amend [--extra decode.md ...] \
-        [--table "kmeans, float32 products"=bench-kmeans.json@abc1234@2026-12-08]
+        [--table " (float32 products)"=bench-kmeans.json@abc1234@2026-12-08]
 
 --amend keeps the device's section as it stands and adds to it: each --extra block replaces the
-block of the same first line (a "### " heading) or is appended; each --table TITLE=JSON@COMMIT@DATE
-renders that bench JSON's rows as a table under "### TITLE", likewise.
+block of the same first line (a "### " heading) or is appended; each --table SUFFIX=JSON@COMMIT@DATE
+renders that bench JSON's rows as a table per op under "### OP" + SUFFIX, likewise.
 """
 
 import argparse
@@ -146,12 +146,14 @@ def amended(old_section, args):
         if text:
             new.append(text + "\n")
     for spec in args.table:
-        title, _, rest = spec.partition("=")
+        suffix, _, rest = spec.partition("=")
         path, commit, date = rest.rsplit("@", 2)
         bench = load(path)
-        body = table(bench["results"], None).split("\n", 1)[1]  # without the op's own heading
-        new.append(f"### {title}\n\nMeasured {date} at commit {commit} (device-to-device copy in "
-                   f"that run: {bench['copy']['gbps']:.0f} GB/s).\n{body.rstrip()}\n")
+        for op in dict.fromkeys(r["op"] for r in bench["results"]):
+            rows = [r for r in bench["results"] if r["op"] == op]
+            body = table(rows, None).split("\n", 1)[1]  # without the op's own heading
+            new.append(f"### {op}{suffix}\n\nMeasured {date} at commit {commit} (device-to-device "
+                       f"copy in that run: {bench['copy']['gbps']:.0f} GB/s).\n{body.rstrip()}\n")
     out = dict(kept)
     order = [first for first, _ in kept]
     for block in new:

@@ -44,14 +44,18 @@ def test_amend_replaces_and_appends_blocks(tmp_path):
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps({"copy": {"gbps": 3010.0}, "results": [
         {"op": "kmeans", "dtype": "float32", "dims": {"n": 8, "precision": 1},
-         "time_us": {"median": 12.5}, "tflops": 1.5, "pct_of_gemm": 2.0, "launch": "k:x"}]}))
+         "time_us": {"median": 12.5}, "tflops": 1.5, "pct_of_gemm": 2.0, "launch": "k:x"},
+        {"op": "merge", "dtype": "float16", "dims": {"rows": 2},
+         "time_us": {"median": 3.0}, "gbps": 10.0, "pct_of_copy": 0.5}]}))
     subprocess.run([sys.executable, str(SCRIPT), "--device", "GPU A", "--amend", "--results",
                     str(results), "--extra", str(extra), "--table",
-                    f"kmeans, float32 products={bench}@ccc@2026-01-03"], check=True)
+                    f" (float32)={bench}@ccc@2026-01-03"], check=True)
     text = results.read_text()
     a, b = text.split("<!-- gpu: GPU B -->")
     assert "new decode table" in a and "old decode table" not in a
-    assert a.index("### add") < a.index("### Decode") < a.index("### kmeans, float32 products")
+    assert (a.index("### add") < a.index("### Decode") < a.index("### kmeans (float32)") <
+            a.index("### merge (float32)"))
+    assert "| float16 | rows=2 | 3.00 | 10 | 0.5% | - |" in a
     assert "Measured 2026-01-03 at commit ccc (device-to-device copy in that run: 3010 GB/s)" in a
     assert "| float32 | n=8 precision=1 | 12.50 | 1.5 | 2.0% | k |" in a
     assert "Measured 2026-01-01 at commit aaa" in a and "| float32 | n=1 | 1.00 |" in a
