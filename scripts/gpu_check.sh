@@ -236,6 +236,13 @@ check_decode() {
     tail -20 "$log/bench-decode.err"
     failed=1
   fi
+  # Each kernel of one decode step at the bench's shape (131072 tokens, 8192 clusters), by ncu:
+  # where the step's time goes (ranking, the two selections, the split, the merge).
+  if command -v ncu > /dev/null; then
+    step decode-kernels ncu --csv --metrics gpu__time_duration.sum \
+      --kernel-name regex:'cluster_scores|softmax_stats|group_scores|probes_kernel|attention_' \
+      --launch-count 14 "$cli" run ivf_attention --dtype float16 --warmup 1 --iters 1
+  fi
   PYTHONPATH=$root/build/gpu/bindings/python step pytest-decode "$py" -m pytest \
     test/python/test_ivf.py test/python/test_torch_ops.py test/python/test_distributed.py \
     -q -rs -p no:cacheprovider
