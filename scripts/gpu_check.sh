@@ -236,6 +236,12 @@ check_decode() {
     tail -20 "$log/bench-decode.err"
     failed=1
   fi
+  # float32 k-means, exact products beside TF32 ones (the same shapes, precision=1 rows).
+  if ! "$cli" bench kmeans --dtype float32 --offsets 0 --json --no-progress \
+      > "$log/bench-kmeans-f32.json" 2> "$log/bench-kmeans-f32.err"; then
+    tail -20 "$log/bench-kmeans-f32.err"
+    failed=1
+  fi
   # Each kernel of one decode step at the bench's shape (131072 tokens, 8192 clusters), by ncu:
   # where the step's time goes (ranking, the two selections, the split, the merge).
   if command -v ncu > /dev/null; then
@@ -311,6 +317,21 @@ if [ -f "$log/bench.json" ]; then
   if python3 scripts/results_table.py --device "${device:-unknown device}" --commit "$commit" \
       --date "$(date -u +%Y-%m-%d)" --bench "$log/bench.json" "${stream_arg[@]}" \
       --extra "${extras[@]}" --results "$log/RESULTS.md"; then
+    echo "== wrote $log/RESULTS.md (copy it to bench/RESULTS.md)"
+  else
+    failed=1
+  fi
+elif [ "$only" = decode ] && [ -s "$log/bench-decode.json" ]; then
+  # No whole bench: the decode run's tables and figures added to this GPU's section as it stands.
+  rm -f "$log/RESULTS.md"
+  cp bench/RESULTS.md "$log/RESULTS.md"
+  today=$(date -u +%Y-%m-%d)
+  args=(--table "=$log/bench-decode.json@$commit@$today")
+  [ -s "$log/bench-kmeans-f32.json" ] &&
+    args+=(--table " (float32 products)=$log/bench-kmeans-f32.json@$commit@$today")
+  [ -s "$log/decode_attention.md" ] && args+=(--extra "$log/decode_attention.md")
+  if python3 scripts/results_table.py --device "${device:-unknown device}" --amend "${args[@]}" \
+      --results "$log/RESULTS.md"; then
     echo "== wrote $log/RESULTS.md (copy it to bench/RESULTS.md)"
   else
     failed=1
