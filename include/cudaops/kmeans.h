@@ -21,7 +21,7 @@ namespace cudaops {
 //   accumulation, everything else (means, norms, sums, centroids) in float32. float32 points'
 //   products are exact to about float32's precision by default (each operand split into two TF32
 //   parts, three products: KmeansPrecision::kExact), or single TF32 products on request (kTf32:
-//   10 mantissa bits, a third of the tensor-core work; bench/RESULTS.md has both). Compute
+//   10 mantissa bits, a third of the tensor-core work; `cudaops bench kmeans` times both). Compute
 //   capability 7.5 or newer (kNotSupported before); on 7.5 (Turing), which has no bfloat16 or TF32
 //   tensor-core products, those two run on the CUDA cores, slowly.
 // - Each problem, with z_i its working points (x_i; x_i - mean with `center`; x_i - means[b] with
