@@ -1,8 +1,10 @@
 // cudaops.kmeans: batched k-means over the leading axes of x [..., n, d].
 #include <cuda_runtime_api.h>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../array_import.h"
@@ -12,6 +14,20 @@
 namespace cudaops::python {
 
 namespace {
+
+/// `obj` (a str) as the value of its word among `words`; else ValueError naming them.
+template <typename E>
+E word_arg(py::handle obj, const char* what,
+           std::initializer_list<std::pair<const char*, E>> words) {
+  const std::string word = str_arg(obj, "kmeans", what);
+  std::string names;
+  for (const auto& [name, value] : words) {
+    if (word == name) return value;
+    names += std::string(names.empty() ? "" : " or ") + "\"" + name + "\"";
+  }
+  throw py::value_error(std::string("kmeans: ") + what + " must be " + names + ", got \"" + word +
+                        "\"");
+}
 
 /// x [..., n, d] as a strided batch of row-major [n, d] problems: the last axis contiguous, the
 /// rows evenly spaced, the leading axes collapsing into one axis of problems.
@@ -61,25 +77,12 @@ py::object kmeans(py::handle x, py::handle n_clusters_obj, py::handle n_iters_ob
   KmeansParams params;
   params.n_clusters = int_arg(n_clusters_obj, "kmeans", "n_clusters");
   params.n_iters = iters_arg(n_iters_obj, "kmeans");
-  const std::string metric = str_arg(metric_obj, "kmeans", "metric");
-  const bool center = bool_arg(center_obj, "kmeans", "center");
-  if (metric == "l2") {
-    params.metric = KmeansMetric::kL2;
-  } else if (metric == "cosine") {
-    params.metric = KmeansMetric::kCosine;
-  } else {
-    throw py::value_error("kmeans: metric must be \"l2\" or \"cosine\", got \"" + metric + "\"");
-  }
-  params.center = center;
-  const std::string precision = str_arg(precision_obj, "kmeans", "precision");
-  if (precision == "exact") {
-    params.precision = KmeansPrecision::kExact;
-  } else if (precision == "tf32") {
-    params.precision = KmeansPrecision::kTf32;
-  } else {
-    throw py::value_error("kmeans: precision must be \"exact\" or \"tf32\", got \"" + precision +
-                          "\"");
-  }
+  params.metric = word_arg<KmeansMetric>(
+      metric_obj, "metric", {{"l2", KmeansMetric::kL2}, {"cosine", KmeansMetric::kCosine}});
+  params.center = bool_arg(center_obj, "kmeans", "center");
+  params.precision = word_arg<KmeansPrecision>(
+      precision_obj, "precision",
+      {{"exact", KmeansPrecision::kExact}, {"tf32", KmeansPrecision::kTf32}});
   const int64_t seed = int_arg(seed_obj, "kmeans", "seed");
   if (seed < 0) throw py::value_error("kmeans: seed must be >= 0, got " + std::to_string(seed));
   params.seed = static_cast<uint64_t>(seed);
